@@ -1,0 +1,89 @@
+"""One place decides how kernels run: on a GPU, or on a CPU through Triton's interpreter.
+
+- GPU when ``torch.cuda.is_available()``: Triton compiles real kernels, autotuning benchmarks configs.
+- CPU otherwise: ``TRITON_INTERPRET=1`` must be in the environment *before* any ``@triton.jit`` decorator
+  runs. ``kernels/__init__.py`` calls :func:`ensure_mode` first thing, so importing anything from
+  ``kernels`` is enough. A user who set ``TRITON_INTERPRET`` themselves is respected.
+
+Interpreter caveats handled here (see PLATFORM.md):
+- bf16 ``tl.dot`` returns garbage under the interpreter (triton-lang/triton#11584): kernels take the
+  ``DOT_UPCAST`` constexpr from :func:`dot_upcast` and cast bf16 tiles to fp32 before ``tl.dot``.
+- ``@triton.autotune`` needs a GPU to time configs: :func:`autotune_configs` keeps only the first
+  config in interpreter mode.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+__all__ = [
+    "Sizes",
+    "autotune_configs",
+    "default_device",
+    "dot_upcast",
+    "ensure_mode",
+    "has_gpu",
+    "interpreting",
+    "mode",
+    "sizes",
+]
+
+
+def has_gpu() -> bool:
+    """True when a CUDA device is usable."""
+    return torch.cuda.is_available()
+
+
+def ensure_mode() -> str:
+    """Set ``TRITON_INTERPRET=1`` on machines without a GPU unless the user chose. Returns the mode."""
+    if not has_gpu() and "TRITON_INTERPRET" not in os.environ:
+        os.environ["TRITON_INTERPRET"] = "1"
+    return mode()
+
+
+def interpreting() -> bool:
+    """True when Triton kernels run under the CPU interpreter."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def mode() -> str:
+    """``"gpu"`` or ``"cpu-interpreter"``."""
+    return "cpu-interpreter" if interpreting() or not has_gpu() else "gpu"
+
+
+def default_device() -> torch.device:
+    """The device tensors for kernels should live on: cuda when present, else cpu."""
+    return torch.device("cuda" if has_gpu() and not interpreting() else "cpu")
+
+
+def dot_upcast(dtype: torch.dtype) -> bool:
+    """Whether a kernel must upcast its ``tl.dot`` operands to fp32 (interpreter + bf16 bug)."""
+    return interpreting() and dtype == torch.bfloat16
+
+
+def autotune_configs(configs: list) -> list:
+    """All configs on a GPU; only the first under the interpreter (autotune cannot time on a CPU)."""
+    return configs[:1] if interpreting() else configs
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Problem sizes for one runtime mode. Kernels never hard-code sizes; notebooks and benchmarks ask here."""
+
+    name: str
+    vector_numel: int
+    rows: int
+    cols: int
+    batch_size: int
+
+
+SMALL = Sizes(name="small", vector_numel=4_099, rows=96, cols=130, batch_size=256)
+FULL = Sizes(name="full", vector_numel=1 << 26, rows=65_536, cols=4_096, batch_size=8_192)
+
+
+def sizes() -> Sizes:
+    """``small`` on a CPU (interpreter), ``full`` on a GPU."""
+    return FULL if mode() == "gpu" else SMALL

@@ -1,0 +1,37 @@
+"""What every notebook prints first: device, versions and runtime mode."""
+
+from __future__ import annotations
+
+import platform
+import sys
+
+import torch
+import triton
+
+from kernels import runtime
+
+
+def device() -> torch.device:
+    """The device for models and tensors: cuda when present, else cpu (one helper decides)."""
+    return torch.device("cuda" if runtime.has_gpu() else "cpu")
+
+
+def describe() -> dict[str, str]:
+    """Device name, torch/triton/python versions and the kernels' runtime mode."""
+    if runtime.has_gpu():
+        name = torch.cuda.get_device_name()
+    else:
+        name = f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+    return {
+        "device": name,
+        "mode": runtime.mode(),
+        "sizes": runtime.sizes().name,
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "python": sys.version.split()[0],
+    }
+
+
+def print_environment() -> None:
+    for key, value in describe().items():
+        print(f"{key:>7}: {value}")
