@@ -71,9 +71,8 @@ def build(cfg: TrainConfig):
     data_dir = Path(cfg.data_dir) if cfg.data_dir else criteo.ensure_default_data()
     metadata = criteo.load_metadata(data_dir)
     device = torch.device(cfg.device) if cfg.device else default_device()
-    train_split, holdout_split = criteo.load_splits(
-        data_dir, holdout_fraction=cfg.holdout_fraction, seed=cfg.seed
-    )
+    tensors = criteo.load_tensors(data_dir).to(device)  # the whole split fits in memory; one copy
+    train_split, holdout_split = criteo.train_holdout_split(tensors, cfg.holdout_fraction, cfg.seed)
     torch.manual_seed(cfg.seed)
     model = DLRM.from_metadata(
         metadata, preset=cfg.preset, interaction=cfg.interaction, hashing=cfg.hashing
@@ -111,14 +110,14 @@ def train(cfg: TrainConfig) -> TrainResult:
         step = load_checkpoint(checkpoint_path, model=model, optimizer=optimizer, map_location=device)["step"]
         logger.info(f"resumed from {checkpoint_path} at step {step}")
     train_step = make_train_step(model, optimizer, cfg.compile)
-    per_epoch = criteo.num_batches(train_split, cfg.batch_size)
+    per_epoch = criteo.num_batches(len(train_split), cfg.batch_size)
     if per_epoch == 0:
         raise ValueError(f"batch size {cfg.batch_size} is larger than the training split")
     writer = SummaryWriter(str(run_dir / "tensorboard"))
     result = TrainResult()
 
     def run_eval() -> None:
-        batches = criteo.iter_batches(holdout_split, cfg.batch_size, drop_last=False, device=device)
+        batches = criteo.iter_batches(holdout_split, cfg.batch_size, drop_last=False, shuffle=False)
         metrics = {"step": step, **evaluate(model, batches)}
         result.evals.append(metrics)
         for key in ("logloss", "auc"):
@@ -135,7 +134,7 @@ def train(cfg: TrainConfig) -> TrainResult:
         while step < cfg.steps:
             epoch, start = divmod(step, per_epoch)
             batches = criteo.iter_batches(
-                train_split, cfg.batch_size, seed=cfg.seed, epoch=epoch, start_batch=start, device=device
+                train_split, cfg.batch_size, seed=cfg.seed, epoch=epoch, start_batch=start
             )
             for batch in batches:
                 running += train_step(batch)

@@ -1,0 +1,173 @@
+"""Three ways to turn raw categorical ids into embedding rows, each measured in the lecture.
+
+Input: ``ids`` int64 ``[B]``, raw Criteo ids (32-bit values in ``[0, 2^32)``; missing = ``-1``).
+Output: ``rows`` int64 ``[B]`` in ``[0, num_embeddings)``.
+
+Convention shared by all three: **row 0 is reserved** for missing ids (any negative id), and for the
+vocabulary hashes also for unseen or rare ids (those preprocessing did not keep). Vocabulary entry ``i``
+(``vocabulary`` sorted ascending, ``V`` entries) owns row ``i + 1``; ``num_embeddings = V + 1``.
+
+==================  =================  ===================  =====================================
+hash                time               extra memory         notes
+==================  =================  ===================  =====================================
+``IndexHash``       O(B·V)             2·B·V bytes          the original lecture's; the anti-pattern
+``VocabularyHash``  O(B·log V)         O(B)                 exact; searchsorted over the vocabulary
+``ModulusHash``     O(B)               none (no vocab)      collisions: unrelated ids share rows
+==================  =================  ===================  =====================================
+
+Each hash is an ``nn.Module`` holding its vocabulary as a buffer, so ``model.to(device)`` moves the
+metadata with the tables: the lookup runs where the ids are, with no host round trip.
+The vocabulary buffer is persistent: a checkpoint carries the id → row mapping it was trained with.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+__all__ = ["IndexHash", "ModulusHash", "VocabularyHash", "binary_search_lower_bound", "make_hash"]
+
+
+def _as_vocabulary(vocabulary, num_embeddings: int) -> torch.Tensor:
+    """Validate a vocabulary (numpy array, tensor or sequence) and return it as a 1-D int64 tensor."""
+    vocab = torch.as_tensor(np.asarray(vocabulary) if not torch.is_tensor(vocabulary) else vocabulary)
+    if vocab.dim() != 1:
+        raise ValueError(f"a vocabulary is 1-D, got shape {tuple(vocab.shape)}")
+    if vocab.is_floating_point() or vocab.dtype == torch.bool:
+        raise TypeError(f"a vocabulary holds integer ids, got dtype {vocab.dtype}")
+    vocab = vocab.to(torch.int64).cpu().contiguous()
+    if vocab.numel() > 1 and not bool((vocab[1:] > vocab[:-1]).all()):
+        raise ValueError("the vocabulary must be sorted ascending without duplicates")
+    if num_embeddings != vocab.numel() + 1:
+        raise ValueError(
+            f"num_embeddings must be len(vocabulary) + 1 = {vocab.numel() + 1} (row 0 is reserved for "
+            f"missing/unseen ids), got {num_embeddings}"
+        )
+    return vocab
+
+
+def binary_search_lower_bound(sorted_values: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """``torch.searchsorted(sorted_values, values)`` written with ops every ONNX exporter knows.
+
+    ONNX has no searchsorted operator (neither ``torch.onnx`` exporter converts ``aten::searchsorted``),
+    so this computes the same lower bound, ``pos = #{k : sorted_values[k] < value}``, by binary lifting:
+    start at ``pos = 0`` and, for each power of two ``step`` from the largest ``<= V`` down to 1, advance
+    ``pos += step`` where ``sorted_values[pos + step - 1] < value``. Because the "less than" entries form a
+    prefix, this builds ``pos`` bit by bit. The loop has ``floor(log2 V) + 1`` iterations fixed by the
+    vocabulary's size (not by the data), each a Gather, a Less and a Where: O(B·log V), same as searchsorted.
+    """
+    n = int(sorted_values.shape[0])  # a Python int, also under tracing: the loop is unrolled at export
+    pos = torch.zeros_like(values)
+    if n == 0:
+        return pos
+    step = 1 << (n.bit_length() - 1)
+    while step > 0:
+        candidate = pos + step
+        probe = sorted_values[(candidate - 1).clamp(max=n - 1)]
+        pos = torch.where((candidate <= n) & (probe < values), candidate, pos)
+        step >>= 1
+    return pos
+
+
+class IndexHash(nn.Module):
+    """The original lecture's lookup, kept as the anti-pattern to measure: O(B·V) time *and* memory.
+
+    ``matches = ids[:, None] == vocabulary[None, :]`` builds a ``[B, V]`` boolean matrix, and ``argmax``
+    (which needs numbers, so a ``uint8`` copy of it) finds the first ``True`` per row: 2·B·V bytes, 41 GB
+    for a Criteo feature with V = 10M and a batch of B = 2048.
+
+    Bug fixed here: ``argmax`` of an all-``False`` row is 0, so the original silently sent every unseen or
+    missing id to vocabulary entry 0's row. This version maps unseen explicitly to the reserved row 0 and
+    vocabulary entry ``i`` to row ``i + 1``, exactly like :class:`VocabularyHash` (tested equal).
+    """
+
+    def __init__(self, vocabulary, num_embeddings: int):
+        super().__init__()
+        self.num_embeddings = num_embeddings
+        self.register_buffer("vocabulary", _as_vocabulary(vocabulary, num_embeddings))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids int64 ``[B]`` → rows int64 ``[B]`` in ``[0, V]``."""
+        if self.vocabulary.shape[0] == 0:  # fixed by the vocabulary, not by the data: every id is unseen
+            return torch.zeros_like(ids)
+        matches = ids.unsqueeze(-1) == self.vocabulary  # [B, V] bool: the O(B·V) part
+        found = matches.any(dim=-1)  # [B]
+        first = matches.to(torch.uint8).argmax(dim=-1)  # [B]; 0 for all-False rows: the original's bug
+        return torch.where(found, first + 1, torch.zeros_like(first))
+
+    def extra_repr(self) -> str:
+        return f"vocabulary_size={self.vocabulary.numel()}, num_embeddings={self.num_embeddings}"
+
+
+class VocabularyHash(nn.Module):
+    """Exact id → row lookup by binary search over the sorted vocabulary: O(B·log V), O(B) memory.
+
+    ``pos = searchsorted(vocabulary, ids)`` is where each id would be inserted; the id is in the vocabulary
+    iff ``vocabulary[pos] == id`` (``pos`` clamped to ``V - 1`` so the gather stays in range). Seen ids go to
+    row ``pos + 1``; missing (negative), unseen and rare ids go to row 0.
+
+    Under ``torch.onnx.export`` (either exporter) the search runs as :func:`binary_search_lower_bound`,
+    because ONNX has no searchsorted operator; the rows are identical (tested).
+    """
+
+    def __init__(self, vocabulary, num_embeddings: int):
+        super().__init__()
+        self.num_embeddings = num_embeddings
+        self.register_buffer("vocabulary", _as_vocabulary(vocabulary, num_embeddings))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids int64 ``[B]`` → rows int64 ``[B]`` in ``[0, V]``."""
+        v = int(self.vocabulary.shape[0])
+        if v == 0:  # fixed by the vocabulary, not by the data: every id is unseen
+            return torch.zeros_like(ids)
+        if torch.onnx.is_in_onnx_export():
+            pos = binary_search_lower_bound(self.vocabulary, ids)
+        else:
+            pos = torch.searchsorted(self.vocabulary, ids)
+        found = self.vocabulary[pos.clamp(max=v - 1)] == ids
+        return torch.where(found, pos + 1, torch.zeros_like(pos))
+
+    def extra_repr(self) -> str:
+        return f"vocabulary_size={self.vocabulary.numel()}, num_embeddings={self.num_embeddings}"
+
+
+class ModulusHash(nn.Module):
+    """No vocabulary: ``row = 1 + id mod (num_embeddings - 1)``; missing (negative) ids → row 0.
+
+    O(B), nothing to store, and any id gets a row — at the price of collisions: unrelated ids that agree
+    modulo ``num_embeddings - 1`` share (and fight over) one embedding. The ``1 +`` keeps row 0 meaning
+    "missing" as in the vocabulary hashes, so the three are interchangeable over the same tables.
+    With ``num_embeddings == 1`` every id goes to row 0.
+    """
+
+    def __init__(self, num_embeddings: int):
+        super().__init__()
+        if num_embeddings < 1:
+            raise ValueError(f"num_embeddings must be >= 1, got {num_embeddings}")
+        self.num_embeddings = num_embeddings
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids int64 ``[B]`` → rows int64 ``[B]`` in ``[0, num_embeddings)``."""
+        if self.num_embeddings == 1:
+            return torch.zeros_like(ids)
+        hashed = 1 + torch.remainder(ids, self.num_embeddings - 1)  # remainder >= 0 for a positive divisor
+        return torch.where(ids < 0, torch.zeros_like(hashed), hashed)
+
+    def extra_repr(self) -> str:
+        return f"num_embeddings={self.num_embeddings}"
+
+
+def make_hash(kind: str, vocabulary, num_embeddings: int) -> nn.Module:
+    """The hash module named ``kind`` (``"vocabulary"``, ``"index"``, ``"modulus"``).
+
+    ``vocabulary`` is a sorted int array of kept ids (ignored, may be ``None``, for ``"modulus"``);
+    ``num_embeddings`` is the table's row count (``len(vocabulary) + 1`` for the vocabulary hashes).
+    """
+    if kind == "vocabulary":
+        return VocabularyHash(vocabulary, num_embeddings)
+    if kind == "index":
+        return IndexHash(vocabulary, num_embeddings)
+    if kind == "modulus":
+        return ModulusHash(num_embeddings)
+    raise ValueError(f"unknown hashing kind {kind!r}; choose 'vocabulary', 'index' or 'modulus'")

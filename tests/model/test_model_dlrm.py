@@ -1,0 +1,124 @@
+"""DLRM end to end: shapes for both interactions, logits vs probabilities, gradients, metadata factory."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from dlrm_test_data import random_batch, random_metadata
+
+from lecture_code.model import DLRM, DLRMConfig
+
+
+@pytest.mark.parametrize("hashing", ["vocabulary", "index", "modulus"])
+def test_dot_dlrm_shapes_lecture_sizes(rng, hashing):
+    metadata = random_metadata(rng, num_features=26)
+    model = DLRM.from_metadata(metadata, preset="small", hashing=hashing)
+    dense, sparse = random_batch(rng, metadata, batch=11)
+    assert model.inter_arch.output_dim == 367
+    assert model.over_arch.model[0].in_features == 367
+    x = model.dense_arch(dense)
+    e = model.sparse_arch(sparse)
+    assert x.shape == (11, 16) and e.shape == (11, 26, 16)
+    assert model.inter_arch(x, e).shape == (11, 367)
+    assert model(dense, sparse).shape == (11,)
+
+
+def test_outer_dlrm_shapes_lecture_sizes(rng):
+    metadata = random_metadata(rng, num_features=26, max_vocab=4)  # tiny tables, tiny top MLP: cheap
+    model = DLRM.from_metadata(metadata, interaction="outer", over_arch_layer_sizes=(2, 1))
+    dense, sparse = random_batch(rng, metadata, batch=3)
+    assert model.inter_arch(model.dense_arch(dense), model.sparse_arch(sparse)).shape == (3, 186_624)
+    assert model.over_arch.model[0].in_features == 186_624
+    assert model(dense, sparse).shape == (3,)
+
+
+def test_kaggle_preset_builds_stated_layers(rng):
+    metadata = random_metadata(rng, num_features=26, max_vocab=4)
+    model = DLRM.from_metadata(metadata, preset="kaggle")
+    dense_sizes = [
+        (m.in_features, m.out_features) for m in model.dense_arch.modules() if isinstance(m, torch.nn.Linear)
+    ]
+    over_sizes = [
+        (m.in_features, m.out_features) for m in model.over_arch.modules() if isinstance(m, torch.nn.Linear)
+    ]
+    assert dense_sizes == [(13, 512), (512, 256), (256, 64), (64, 16)]
+    assert over_sizes == [(367, 512), (512, 256), (256, 1)]
+    assert all(t.embedding_dim == 16 for t in model.sparse_arch.embeddings)
+
+
+def test_predict_proba_applies_sigmoid_exactly_once(rng):
+    metadata = random_metadata(rng, num_features=4)
+    model = DLRM.from_metadata(metadata)
+    dense, sparse = random_batch(rng, metadata, batch=64)
+    logits = model(dense, sparse)
+    proba = model.predict_proba(dense, sparse)
+    assert torch.equal(proba, torch.sigmoid(logits.detach()))
+    assert ((proba > 0) & (proba < 1)).all()
+    assert not torch.allclose(proba, torch.sigmoid(proba))  # a second sigmoid would change it
+    assert not proba.requires_grad
+    assert not any(isinstance(m, torch.nn.Sigmoid) for m in model.modules())  # forward returns logits
+
+
+@pytest.mark.parametrize("interaction", ["dot", "outer"])
+@pytest.mark.parametrize("hashing", ["vocabulary", "index", "modulus"])
+def test_gradients_reach_every_parameter(rng, interaction, hashing):
+    metadata = random_metadata(rng, num_features=5, max_vocab=8)
+    model = DLRM.from_metadata(metadata, interaction=interaction, hashing=hashing)
+    dense, sparse = random_batch(rng, metadata, batch=32)
+    labels = torch.from_numpy((rng.random(32) < 0.3).astype("float32"))
+    torch.nn.BCEWithLogitsLoss()(model(dense, sparse), labels).backward()
+    for name, param in model.named_parameters():
+        assert param.grad is not None, name
+        assert torch.isfinite(param.grad).all(), name
+        assert param.grad.abs().sum() > 0, name
+
+
+def test_short_training_run_lowers_the_loss(rng):
+    """A learnable signal (one sparse feature and one dense feature decide the click): loss must fall."""
+    torch.manual_seed(int(rng.integers(1 << 30)))
+    metadata = random_metadata(rng, num_features=3, max_vocab=30)
+    model = DLRM.from_metadata(metadata)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    loss_fn = torch.nn.BCEWithLogitsLoss()
+    clicky = set(metadata.vocabularies[0][::2].tolist())  # every other id of feature 0 "clicks"
+
+    def batch():
+        dense, sparse = random_batch(rng, metadata, batch=64)
+        signal = torch.tensor([i in clicky for i in sparse[:, 0].tolist()]) | (dense[:, 1] > 2.5)
+        return dense, sparse, signal.float()
+
+    losses = []
+    for _ in range(40):
+        dense, sparse, label = batch()
+        loss = loss_fn(model(dense, sparse), label)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert sum(losses[-10:]) / 10 < 0.7 * sum(losses[:10]) / 10  # reaches 0.2-0.5 over many seeds
+
+
+def test_from_metadata_modulus_needs_no_vocabularies():
+    metadata = SimpleNamespace(num_embeddings_per_feature=(10, 20, 30))  # no `vocabularies` attribute
+    model = DLRM.from_metadata(metadata, hashing="modulus", embedding_dim=8, dense_arch_layer_sizes=(8,))
+    assert [t.num_embeddings for t in model.sparse_arch.embeddings] == [10, 20, 30]
+    assert model.config.embedding_dim == 8
+
+
+def test_vocabulary_errors(rng):
+    metadata = random_metadata(rng, num_features=3)
+    config = DLRMConfig.preset("small", metadata.num_embeddings_per_feature)
+    with pytest.raises(ValueError, match="needs vocabularies"):
+        DLRM(config)
+    with pytest.raises(ValueError, match="needs vocabularies"):
+        DLRM(config, [])  # metadata loaded without its vocabularies
+    with pytest.raises(ValueError, match="2 vocabularies for 3"):
+        DLRM(config, metadata.vocabularies[:2])
+    wrong = SimpleNamespace(
+        vocabularies=metadata.vocabularies,
+        num_embeddings_per_feature=tuple(n + 1 for n in metadata.num_embeddings_per_feature),
+    )
+    with pytest.raises(ValueError, match="len\\(vocabulary\\) \\+ 1"):
+        DLRM.from_metadata(wrong)
