@@ -71,7 +71,7 @@ def autotune_configs(configs: list) -> list:
 
 @dataclass(frozen=True)
 class Sizes:
-    """Problem sizes for one runtime mode. Kernels never hard-code sizes; notebooks and benchmarks ask here."""
+    """Problem sizes for one runtime mode: kernels never hard-code sizes; notebooks and benchmarks ask."""
 
     name: str
     vector_numel: int

@@ -152,7 +152,9 @@ def train(cfg: TrainConfig) -> TrainResult:
                 if cfg.eval_every and step % cfg.eval_every == 0:
                     run_eval()
                 if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
-                    save_checkpoint(checkpoint_path, model=model, optimizer=optimizer, step=step, config=asdict(cfg))
+                    save_checkpoint(
+                        checkpoint_path, model=model, optimizer=optimizer, step=step, config=asdict(cfg)
+                    )
                 if step >= cfg.steps:
                     break
     bar.close()
