@@ -1,0 +1,290 @@
+"""Bias + ReLU, hand-fused: ``out = relu(x + bias)`` with ``bias`` broadcast over the rows.
+
+Shapes: ``x`` is ``[M, N]`` (an N-D ``x`` is flattened to ``[prod(leading dims), N]``), ``bias`` is ``[N]``.
+
+Forward::
+
+    out[m, n] = max(x[m, n] + bias[n], 0)
+
+Bytes moved (element size s): read M·N·s (x) + N·s (bias), write M·N·s (out) → ≈ 2·M·N·s. Two FLOPs per
+element: the kernel is memory-bound, so its ceiling is the device's copy bandwidth (``y.copy_(x)`` moves
+the same 2·M·N·s). Eager PyTorch runs two kernels (add, then relu) and moves ≈ 4·M·N·s; fusing halves it.
+
+Backward (``z = x + bias``, ``relu'(z) = [z > 0] = [out > 0]``)::
+
+    grad_x[m, n]  = grad[m, n] · [out[m, n] > 0]
+    grad_bias[n]  = Σ_m grad_x[m, n]
+
+Saved for backward: the *output*, not ``x`` and not a boolean mask. ``out > 0`` is exactly the ReLU mask, and
+the output is alive anyway (it is the next layer's input), so saving it costs no memory; a bool mask would
+be a new M·N-byte allocation. In-place mode overwrites ``x`` with ``out``, which is still all we need.
+Backward bytes: read grad and out, write grad_x → 3·M·N·s, plus a small partial-sum buffer (below).
+
+``grad_bias`` is a reduction over rows. Each backward program walks down a strip of rows and keeps the
+column sums of its strip in fp32 registers, then writes one row of a ``[G, N]`` fp32 partial buffer
+(G ≤ 256 row groups); a second small kernel sums the G partial rows. Chosen over ``tl.atomic_add`` because
+it is deterministic (the same bits every run) and has no contention; the partial buffer is ≤ 256·N·4 bytes,
+noise next to the 3·M·N·s of the main pass.
+
+Versions (shared/STYLE.md point 7): ``v1`` is this file: any shape, any strides (non-contiguous rows and
+columns), fp32/fp16/bf16, masked tails, in place or out of place, autotuned 2-D tiles. ``v0`` (to be added
+by the lecture from a real capture) is the kernel exactly as torch.compile's inductor wrote it, sizes baked
+in; it is not written by hand here.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.runtime import autotune_configs, interpreting
+
+SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+# Forward tiles (BLOCK_M rows × BLOCK_N columns). A memory-bound kernel reaches the copy ceiling when every
+# SM has enough bytes in flight: 4K–16K elements per program (16–64 KB of fp32) with 4–8 warps. Wide, short
+# tiles suit wide rows (N = 4096); tall, narrow tiles stop masked lanes being wasted when N is small.
+# The first config is the only one used under the CPU interpreter (see runtime.autotune_configs), where
+# each program costs milliseconds whatever its size: so it is a large tile.
+POINTWISE_CONFIGS = [
+    triton.Config({"BLOCK_M": 16, "BLOCK_N": 256}, num_warps=4),
+    triton.Config({"BLOCK_M": 4, "BLOCK_N": 1024}, num_warps=4),
+    triton.Config({"BLOCK_M": 8, "BLOCK_N": 1024}, num_warps=8),
+    triton.Config({"BLOCK_M": 16, "BLOCK_N": 1024}, num_warps=8),
+    triton.Config({"BLOCK_M": 16, "BLOCK_N": 512}, num_warps=8),
+    triton.Config({"BLOCK_M": 2, "BLOCK_N": 2048}, num_warps=8),
+    triton.Config({"BLOCK_M": 32, "BLOCK_N": 128}, num_warps=4),
+    triton.Config({"BLOCK_M": 64, "BLOCK_N": 64}, num_warps=4),
+]
+
+# Backward tiles: each program loops over its row strip BLOCK_M rows at a time.
+REDUCE_CONFIGS = [
+    triton.Config({"BLOCK_M": 32, "BLOCK_N": 256}, num_warps=8),
+    triton.Config({"BLOCK_M": 16, "BLOCK_N": 128}, num_warps=4),
+    triton.Config({"BLOCK_M": 16, "BLOCK_N": 512}, num_warps=8),
+    triton.Config({"BLOCK_M": 64, "BLOCK_N": 128}, num_warps=8),
+    triton.Config({"BLOCK_M": 8, "BLOCK_N": 1024}, num_warps=8),
+]
+MAX_ROW_GROUPS = 256  # G: rows of the fp32 partial-sum buffer for grad_bias
+ROWS_PER_GROUP_MIN = 64
+
+
+@triton.jit
+def _bias_relu_fwd_kernel(
+    x_ptr, bias_ptr, out_ptr, M, N,
+    stride_xm, stride_xn, stride_b, stride_om, stride_on,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    # 1-D grid over (row tile, column tile); consecutive programs walk along a row band (DRAM-friendly).
+    pid = tl.program_id(0)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    pid_m = pid // num_pid_n
+    pid_n = pid % num_pid_n
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_mask = rows < M
+    col_mask = cols < N
+    mask = row_mask[:, None] & col_mask[None, :]
+    rows64 = rows.to(tl.int64)  # row * stride overflows int32 past 2**31 elements
+    # The bias is loaded once per column tile and broadcast over the BLOCK_M rows.
+    bias = tl.load(bias_ptr + cols * stride_b, mask=col_mask, other=0.0).to(tl.float32)
+    x = tl.load(x_ptr + rows64[:, None] * stride_xm + cols[None, :] * stride_xn, mask=mask, other=0.0)
+    out = tl.maximum(x.to(tl.float32) + bias[None, :], 0.0)
+    tl.store(
+        out_ptr + rows64[:, None] * stride_om + cols[None, :] * stride_on,
+        out.to(out_ptr.dtype.element_ty),
+        mask=mask,
+    )
+
+
+@triton.jit
+def _bias_relu_bwd_kernel(
+    grad_ptr, out_ptr, grad_x_ptr, partial_ptr, M, N, rows_per_group,
+    stride_gm, stride_gn, stride_om, stride_on, stride_gxm, stride_gxn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    # Grid: (column tiles, row groups). This program owns rows [row_start, row_end) of one column tile.
+    pid_n = tl.program_id(0)
+    pid_g = tl.program_id(1)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_mask = cols < N
+    row_start = pid_g * rows_per_group
+    row_end = tl.minimum(row_start + rows_per_group, M)
+    col_sum = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for m0 in range(row_start, row_end, BLOCK_M):
+        rows = m0 + tl.arange(0, BLOCK_M)
+        mask = (rows < row_end)[:, None] & col_mask[None, :]
+        rows64 = rows.to(tl.int64)
+        g = tl.load(grad_ptr + rows64[:, None] * stride_gm + cols[None, :] * stride_gn, mask=mask, other=0.0)
+        o = tl.load(out_ptr + rows64[:, None] * stride_om + cols[None, :] * stride_on, mask=mask, other=0.0)
+        gx = tl.where(o > 0, g.to(tl.float32), 0.0)
+        tl.store(
+            grad_x_ptr + rows64[:, None] * stride_gxm + cols[None, :] * stride_gxn,
+            gx.to(grad_x_ptr.dtype.element_ty),
+            mask=mask,
+        )
+        col_sum += tl.sum(gx, axis=0)  # masked lanes hold 0
+    tl.store(partial_ptr + pid_g * N + cols, col_sum, mask=col_mask)  # every group writes its row
+
+
+@triton.jit
+def _column_sum_kernel(partial_ptr, out_ptr, G, N, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr):
+    # out[n] = Σ_g partial[g, n]: the second, small stage of the grad_bias reduction (fixed order).
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_mask = cols < N
+    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for g0 in range(0, G, BLOCK_G):
+        groups = g0 + tl.arange(0, BLOCK_G)
+        mask = (groups < G)[:, None] & col_mask[None, :]
+        acc += tl.sum(
+            tl.load(partial_ptr + groups[:, None] * N + cols[None, :], mask=mask, other=0.0), axis=0
+        )
+    tl.store(out_ptr + cols, acc.to(out_ptr.dtype.element_ty), mask=col_mask)
+
+
+_fwd_tuned = triton.autotune(autotune_configs(POINTWISE_CONFIGS), key=["M", "N"])(_bias_relu_fwd_kernel)
+# In place, autotuning runs the kernel several times on the same buffer: restore it between trials (a clone
+# per trial, inside the timed call: the same cost for every config, so the ranking holds).
+_fwd_tuned_inplace = triton.autotune(
+    autotune_configs(POINTWISE_CONFIGS), key=["M", "N"], restore_value=["out_ptr"]
+)(_bias_relu_fwd_kernel)
+_bwd_tuned = triton.autotune(autotune_configs(REDUCE_CONFIGS), key=["M", "N"])(_bias_relu_bwd_kernel)
+
+
+def check_device(fn: str, name: str, t: torch.Tensor, x: torch.Tensor) -> None:
+    """``t`` (called ``name``) is on x's device, which Triton can use (CUDA, or CPU when interpreting)."""
+    if t.device != x.device:
+        raise ValueError(f"{fn}: {name} is on {t.device} but x is on {x.device}")
+    if t.device.type != "cuda" and not (interpreting() and t.device.type == "cpu"):
+        raise ValueError(
+            f"{fn}: {name} is on {t.device}; Triton kernels need CUDA tensors "
+            "(or CPU tensors with TRITON_INTERPRET=1)"
+        )
+
+
+def check_dtype(fn: str, name: str, t: torch.Tensor, x: torch.Tensor) -> None:
+    """``t`` (called ``name``) has a supported dtype, the same as x's."""
+    if t.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"{fn}: {name} has dtype {t.dtype}, not supported (use float32, float16 or bfloat16)")
+    if t.dtype != x.dtype:
+        raise TypeError(f"{fn}: {name} has dtype {t.dtype} but x has {x.dtype}")
+
+
+def as_rows(t: torch.Tensor, name: str, need_view: bool = False) -> torch.Tensor:
+    """``[..., N]`` → ``[M, N]``: a view when the strides allow, else a copy (refused if ``need_view``)."""
+    if t.dim() == 2:
+        return t
+    if t.dim() < 1:
+        raise ValueError(f"{name} must have at least 1 dimension, got a 0-d tensor")
+    if t.dim() == 1:
+        return t.view(1, -1)
+    try:
+        return t.view(-1, t.shape[-1])
+    except RuntimeError:
+        if need_view:
+            raise ValueError(
+                f"{name} of shape {tuple(t.shape)} and strides {t.stride()} cannot be flattened to 2-D "
+                "without a copy, so it cannot be written in place"
+            ) from None
+        return t.reshape(-1, t.shape[-1])
+
+
+def reduce_partials(partial: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Sum a ``[G, N]`` fp32 partial buffer over its rows into a new ``[N]`` tensor of ``dtype``."""
+    G, N = partial.shape
+    out = torch.empty(N, device=partial.device, dtype=dtype)
+    block_n = 256
+    _column_sum_kernel[(triton.cdiv(N, block_n),)](partial, out, G, N, BLOCK_G=32, BLOCK_N=block_n)
+    return out
+
+
+def row_groups(M: int) -> tuple[int, int]:
+    """(G, rows per group) for the backward: ≥ ROWS_PER_GROUP_MIN rows each, at most MAX_ROW_GROUPS groups."""
+    G = max(1, min(triton.cdiv(M, ROWS_PER_GROUP_MIN), MAX_ROW_GROUPS))
+    return G, triton.cdiv(M, G)
+
+
+def _check(x: torch.Tensor, bias: torch.Tensor, out: torch.Tensor | None) -> None:
+    for name, t in (("x", x), ("bias", bias)):
+        check_dtype("bias_relu", name, t, x)
+        check_device("bias_relu", name, t, x)
+    if x.dim() < 1:
+        raise ValueError("bias_relu: x must have at least 1 dimension, got a 0-d tensor")
+    if bias.dim() != 1 or bias.shape[0] != x.shape[-1]:
+        raise ValueError(
+            f"bias_relu: bias must have shape ({x.shape[-1]},) to match x's last dim, got {tuple(bias.shape)}"
+        )
+    if out is not None:
+        if out.shape != x.shape:
+            raise ValueError(f"bias_relu: out has shape {tuple(out.shape)}, expected {tuple(x.shape)}")
+        check_dtype("bias_relu", "out", out, x)
+        check_device("bias_relu", "out", out, x)
+
+
+def _forward(x: torch.Tensor, bias: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    """Launch the forward. ``out`` may be ``None`` (allocate), a buffer, or ``x`` itself (in place)."""
+    _check(x, bias, out)
+    inplace = out is not None and out.data_ptr() == x.data_ptr()
+    if out is None:
+        out = torch.empty(x.shape, device=x.device, dtype=x.dtype)
+    x2 = as_rows(x, "x", need_view=inplace)
+    o2 = as_rows(out, "out", need_view=True)
+    M, N = x2.shape
+    if M == 0 or N == 0:
+        return out
+    grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)
+    kernel = _fwd_tuned_inplace if inplace else _fwd_tuned
+    kernel[grid](x2, bias, o2, M, N, x2.stride(0), x2.stride(1), bias.stride(0), o2.stride(0), o2.stride(1))
+    return out
+
+
+def _backward(grad: torch.Tensor, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """grad_x = grad·[out > 0] (shape of out), grad_bias = Σ_rows grad_x."""
+    grad = grad.to(out.dtype)
+    g2, o2 = as_rows(grad, "grad"), as_rows(out, "out")
+    M, N = o2.shape
+    grad_x = torch.empty(o2.shape, device=out.device, dtype=out.dtype)
+    if M == 0 or N == 0:
+        return grad_x.view(out.shape), torch.zeros(N, device=out.device, dtype=out.dtype)
+    G, rows_per_group = row_groups(M)
+    partial = torch.empty((G, N), device=out.device, dtype=torch.float32)
+    grid = lambda meta: (triton.cdiv(N, meta["BLOCK_N"]), G)
+    _bwd_tuned[grid](
+        g2, o2, grad_x, partial, M, N, rows_per_group,
+        g2.stride(0), g2.stride(1), o2.stride(0), o2.stride(1), grad_x.stride(0), grad_x.stride(1),
+    )  # fmt: skip
+    return grad_x.view(out.shape), reduce_partials(partial, out.dtype)
+
+
+class _BiasReLU(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, bias: torch.Tensor, inplace: bool) -> torch.Tensor:
+        out = _forward(x, bias, x if inplace else None)
+        if inplace:
+            ctx.mark_dirty(x)
+        ctx.save_for_backward(out)  # the output carries the ReLU mask (see the module docstring)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (out,) = ctx.saved_tensors
+        grad_x, grad_bias = _backward(grad, out)
+        return grad_x, (grad_bias if ctx.needs_input_grad[1] else None), None
+
+
+def bias_relu(
+    x: torch.Tensor, bias: torch.Tensor, out: torch.Tensor | None = None, inplace: bool = False
+) -> torch.Tensor:
+    """``relu(x + bias)`` over the last dim of ``x``, one fused Triton kernel (differentiable).
+
+    ``out=``: write into this buffer (no autograd, as with torch's ``out=`` ops). ``inplace=True``: write into
+    ``x`` and return it.
+    """
+    if out is not None and inplace:
+        raise ValueError("bias_relu: pass either out= or inplace=True, not both")
+    if torch.is_grad_enabled() and (x.requires_grad or bias.requires_grad):
+        if out is not None:
+            raise RuntimeError("bias_relu: out= does not support autograd (inputs require grad)")
+        return _BiasReLU.apply(x, bias, inplace)
+    return _forward(x, bias, x if inplace else out)
