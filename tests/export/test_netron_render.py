@@ -1,0 +1,161 @@
+"""Netron serves an exported graph on loopback, and headless Chromium renders it (no consent dialog).
+
+Needs Playwright (a pip package, in requirements.txt) and a system Chromium. On a fresh Debian CI machine
+running as root, the session fixture installs Chromium with apt (about 20 s); elsewhere, without Chromium,
+the rendering tests are skipped with the reason. Set ``LECTURE_NO_APT=1`` to forbid the install.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import subprocess
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+pytest.importorskip("onnx")
+pytest.importorskip("netron")
+
+from lecture_code import netron_view  # noqa: E402
+from lecture_code.export import export_onnx, summarize_onnx  # noqa: E402
+from lecture_code.netron_view import find_chromium, serve_netron  # noqa: E402
+
+APT_PACKAGES = ("chromium", "fonts-dejavu-core", "fonts-wqy-microhei")  # wqy: Netron's 〈〉 shape brackets
+APT_TIMEOUT_S = 600
+
+
+def _install_chromium_with_apt() -> str:
+    """Try ``apt-get install chromium`` (root on Debian only); return what happened, for a skip reason."""
+    if os.environ.get("LECTURE_NO_APT"):
+        return "LECTURE_NO_APT is set"
+    if not Path("/etc/debian_version").exists() or shutil.which("apt-get") is None:
+        return "not a Debian machine with apt-get"
+    if os.geteuid() != 0:
+        return "not root, cannot apt-get install chromium"
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    commands = (
+        ["apt-get", "update", "-q"],
+        ["apt-get", "install", "-y", "-q", "--no-install-recommends", *APT_PACKAGES],
+    )
+    try:
+        for command in commands:
+            done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=APT_TIMEOUT_S)
+            if done.returncode != 0:
+                return f"{' '.join(command)} failed: {done.stderr.strip()[-300:]}"
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"apt-get failed: {error}"
+    return "apt-get installed chromium, yet no executable was found: check $CHROMIUM and PATH"
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """A Chromium executable (installed with apt when possible), else skip with the reason."""
+    pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
+    path = find_chromium()
+    if path is None:
+        outcome = _install_chromium_with_apt()
+        path = find_chromium()
+        if path is None:
+            pytest.skip(f"no Chromium for the Netron render test ({outcome})")
+    return path
+
+
+class TinyTower(nn.Module):
+    """DLRM's signature, a handful of ops: enough nodes for a plausible count, quick to export and draw."""
+
+    def __init__(self):
+        super().__init__()
+        self.bottom = nn.Sequential(nn.Linear(13, 16), nn.ReLU(), nn.Linear(16, 8), nn.ReLU())
+        self.table = nn.Embedding(101, 8)
+        self.top = nn.Sequential(nn.Linear(16, 8), nn.ReLU(), nn.Linear(8, 1))
+
+    def forward(self, dense: torch.Tensor, sparse: torch.Tensor) -> torch.Tensor:
+        pooled = self.table(torch.remainder(sparse, 101)).sum(dim=1)  # [B, 8]
+        return self.top(torch.cat([self.bottom(dense), pooled], dim=1)).squeeze(1)  # [B]
+
+
+@pytest.fixture
+def onnx_file(tmp_path, seed) -> Path:
+    example = (torch.log1p(torch.rand(4, 13) * 100), torch.randint(2, 1 << 32, (4, 26)))
+    return export_onnx(TinyTower().eval(), example, tmp_path / "tiny.onnx", dynamo=False)
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG file"
+    return struct.unpack(">II", data[16:24])
+
+
+def _drawn_pixels(path: Path) -> int:
+    """Pixels that are not the white background: 0 for a blank picture."""
+    image = pytest.importorskip("PIL.Image").open(path).convert("L")
+    return sum(count for value, count in enumerate(image.histogram()) if value < 200)
+
+
+def test_serve_netron_on_loopback_and_stop(onnx_file):
+    url, stop = serve_netron(onnx_file)
+    try:
+        assert url.startswith("http://127.0.0.1:")
+        with urllib.request.urlopen(url, timeout=10) as response:
+            assert response.status == 200 and b"Netron" in response.read()
+    finally:
+        stop()
+    stop()  # idempotent
+    with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
+        urllib.request.urlopen(url, timeout=2)
+
+
+def test_serve_netron_missing_file(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        serve_netron(tmp_path / "missing.onnx")
+
+
+@pytest.mark.slow  # a Chromium start and a render: about 5 s
+def test_netron_renders_the_graph_in_headless_chromium(chromium, onnx_file, tmp_path):
+    png = tmp_path / "graph.png"
+    result = netron_view.screenshot_netron(onnx_file, png, width=1200, height=800, chromium=chromium)
+    summary = summarize_onnx(onnx_file)
+    drawn = result["nodes"]
+    # Netron draws one box per operator, per graph input and per output; Constant nodes may be folded.
+    expected = (
+        summary.nodes - summary.op_counts.get("Constant", 0) + len(summary.inputs) + len(summary.outputs)
+    )
+    assert drawn > 10 and expected <= drawn <= summary.nodes + len(summary.inputs) + len(summary.outputs), (
+        f"{drawn} nodes drawn for {summary.nodes} ONNX nodes"
+    )
+    assert result["png"] == png and png.stat().st_size > 10_000
+    width, height = _png_size(png)
+    assert width >= 200 and height >= 200
+    assert _drawn_pixels(png) > 2_000  # boxes and text, not a blank page or a lone dialog
+    assert result["url"].startswith("http://127.0.0.1:")
+    with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):  # the server was stopped
+        urllib.request.urlopen(result["url"], timeout=2)
+
+
+@pytest.mark.slow  # a Chromium start and a render: about 5 s
+def test_netron_renders_with_an_old_netron_build(chromium, onnx_file, tmp_path, monkeypatch):
+    """Netron refuses to draw 180 days after its build; the page clock is then set back (shifted Date)."""
+    import datetime as dt
+
+    long_ago = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=400)
+    monkeypatch.setattr(netron_view, "_netron_build_date", lambda: long_ago)
+    assert netron_view._clock_shift_ms(long_ago, dt.datetime.now(dt.timezone.utc)) > 0
+    result = netron_view.screenshot_netron(onnx_file, tmp_path / "g.png", full_graph=False, chromium=chromium)
+    assert result["nodes"] > 10
+
+
+@pytest.mark.slow  # a Chromium start and a render: about 5 s
+def test_a_graph_netron_refuses_to_draw_raises_with_its_message(chromium, onnx_file, tmp_path, monkeypatch):
+    """A page clock a year past Netron's build: Netron shows "Please update" and never draws."""
+    monkeypatch.setattr(netron_view, "_clock_shift_ms", lambda built, now: -365 * 24 * 3600 * 1000)
+    with pytest.raises(TimeoutError, match="Please update"):
+        netron_view.screenshot_netron(
+            onnx_file, tmp_path / "g.png", full_graph=False, chromium=chromium, timeout_s=3
+        )
+    assert (tmp_path / "g.error.png").stat().st_size > 0  # what the page showed instead, for debugging
