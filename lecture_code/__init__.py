@@ -1,6 +1,6 @@
 """Lecture code: Criteo data, the DLRM model, training, profiling, compile inspection, export, LoRA.
 
-Importing ``kernels`` first (done here) fixes the runtime mode before any Triton kernel is defined.
+Subpackages stand on their own: ``lecture_code.data`` knows no model, ``lecture_code.model`` reads only the
+data's metadata, and anything that runs Triton kernels imports ``kernels`` (which fixes the runtime mode
+on import).
 """
-
-import kernels  # noqa: F401  (decides GPU vs CPU-interpreter mode first)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import platform
 import sys
+from pathlib import Path
 
 import torch
 import triton
 
 from kernels import runtime
+
+REPO_ROOT = Path(__file__).resolve().parents[1]  # notebooks run in notebooks/; paths start here instead
 
 
 def device() -> torch.device:

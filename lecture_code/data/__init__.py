@@ -1,0 +1,81 @@
+"""Criteo data: raw reader, preprocessing to parquet, synthetic default data, tensors and batches.
+
+raw TSV (Kaggle train.txt, 1TB day_N, or synthetic)        schema.py, synthetic.py
+  -> CriteoReader: typed chunks, malformed rows reported    reader.py, hexids.py, malformed.py
+  -> preprocess: data.parquet + vocabulary.npz + metadata   preprocess.py, vocabulary.py, metadata.py
+  -> load_tensors / iter_batches: torch tensors, batches     dataset.py
+ensure_default_data(): all of the above for the synthetic default, once   default_data.py
+"""
+
+import warnings
+
+from .dataset import (
+    Batch,
+    CriteoTensors,
+    epoch_permutation,
+    iter_batches,
+    iter_parquet_batches,
+    load_tensors,
+    num_batches,
+    split_indices,
+    train_holdout_split,
+)
+from .default_data import ensure_default_data
+from .malformed import MalformedReport, MalformedRow, MalformedRowError
+from .metadata import CriteoMetadata, DenseFeatureStats, SparseFeatureStats, load_metadata, save_metadata
+from .preprocess import preprocess, transform_dense
+from .reader import CriteoChunk, CriteoReader, iter_criteo_chunks
+from .schema import (
+    DENSE_COLUMNS,
+    KAGGLE_CARDINALITIES,
+    LABEL,
+    MISSING_ID,
+    NUM_DENSE,
+    NUM_SPARSE,
+    SPARSE_COLUMNS,
+)
+from .synthetic import generate_criteo_tsv, scramble_ids, unscramble_ids
+from .vocabulary import VocabularyCounter, build_vocabulary, vocabulary_rows
+
+__all__ = [
+    "DENSE_COLUMNS",
+    "KAGGLE_CARDINALITIES",
+    "LABEL",
+    "MISSING_ID",
+    "NUM_DENSE",
+    "NUM_SPARSE",
+    "SPARSE_COLUMNS",
+    "Batch",
+    "CriteoChunk",
+    "CriteoMetadata",
+    "CriteoReader",
+    "CriteoTensors",
+    "DenseFeatureStats",
+    "MalformedReport",
+    "MalformedRow",
+    "MalformedRowError",
+    "SparseFeatureStats",
+    "VocabularyCounter",
+    "build_vocabulary",
+    "ensure_default_data",
+    "epoch_permutation",
+    "generate_criteo_tsv",
+    "iter_batches",
+    "iter_criteo_chunks",
+    "iter_parquet_batches",
+    "load_metadata",
+    "load_tensors",
+    "num_batches",
+    "preprocess",
+    "save_metadata",
+    "scramble_ids",
+    "split_indices",
+    "train_holdout_split",
+    "transform_dense",
+    "unscramble_ids",
+    "vocabulary_rows",
+]
+
+# `python -m lecture_code.data.preprocess` (or .synthetic) runs a module that this package has already
+# imported above, to export its functions; runpy warns about that, harmlessly here.
+warnings.filterwarnings("ignore", r"'lecture_code\.data\.\w+' found in sys\.modules", RuntimeWarning)
