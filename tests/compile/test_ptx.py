@@ -124,14 +124,14 @@ def test_compile_survives_interpreter_leftovers(vector_add_asm, monkeypatch, tmp
     interpreter's numpy builtins patched into ``triton.language.core``; compiling must still work."""
     from triton.runtime import interpreter
 
-    from lecture_code.triton_on_cpu import _restore_triton_language
+    from lecture_code.triton_interpreter_patches import restore_triton_language
 
     if not hasattr(interpreter, "_patch_lang"):
         pytest.skip("this triton's interpreter patches the language differently")
     monkeypatch.setenv(
         "TRITON_CACHE_DIR", str(tmp_path)
     )  # really compile: a cached kernel skips the frontend
-    with _restore_triton_language():  # clean up after this test
+    with restore_triton_language():  # clean up after this test
         interpreter._patch_lang(tl.standard.sigmoid.fn)  # what a helper call does, and never undoes
         asm = compile_for_gpu(_vector_add_kernel, VECTOR_ADD_SIGNATURE, {"BLOCK": 1024})
     assert asm["ptx"] == vector_add_asm["ptx"]
