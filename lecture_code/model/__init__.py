@@ -27,6 +27,7 @@ from lecture_code.model.config import HASHING_KINDS, INTERACTION_KINDS, PRESETS,
 from lecture_code.model.dense_arch import DenseArch
 from lecture_code.model.dlrm import DLRM
 from lecture_code.model.hashing import (
+    BatchedVocabularyHash,
     IndexHash,
     ModulusHash,
     VocabularyHash,
@@ -45,6 +46,7 @@ from lecture_code.model.sparse_arch import SparseArch
 
 __all__ = [
     "DLRM",
+    "BatchedVocabularyHash",
     "HASHING_KINDS",
     "INTERACTION_KINDS",
     "PRESETS",

@@ -44,8 +44,9 @@ class DLRMConfig:
         over_arch_layer_sizes: top MLP output sizes; the last must be 1 (one logit per sample).
         num_dense: ``N``, dense features per sample (13 for Criteo).
         interaction: ``"dot"`` (DLRM's pairwise dots) or ``"outer"`` (the full outer product, the contrast).
-        hashing: how raw ids become rows: ``"vocabulary"`` (searchsorted), ``"index"`` (the O(B·V)
-            comparison matrix), ``"modulus"`` (``id mod`` rows, no vocabulary).
+        hashing: how raw ids become rows: ``"vocabulary"`` (one searchsorted over all features'
+            vocabularies, ``BatchedVocabularyHash``), ``"index"`` (the O(B·V) comparison matrix, per
+            feature), ``"modulus"`` (``id mod`` rows, no vocabulary).
     """
 
     num_embeddings_per_feature: tuple[int, ...]

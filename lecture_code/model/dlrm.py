@@ -19,7 +19,7 @@ from torch import nn
 
 from lecture_code.model.config import DLRMConfig
 from lecture_code.model.dense_arch import DenseArch
-from lecture_code.model.hashing import make_hash
+from lecture_code.model.hashing import BatchedVocabularyHash, make_hash
 from lecture_code.model.interaction_arch import make_interaction
 from lecture_code.model.over_arch import OverArch
 from lecture_code.model.sparse_arch import SparseArch
@@ -49,10 +49,13 @@ class DLRM(nn.Module):
             )
         elif len(vocabularies) != f:
             raise ValueError(f"got {len(vocabularies)} vocabularies for {f} sparse features")
-        hashes = [
-            make_hash(config.hashing, vocab, n)
-            for vocab, n in zip(vocabularies, config.num_embeddings_per_feature, strict=True)
-        ]
+        if config.hashing == "vocabulary":  # one search over all F vocabularies (BatchedVocabularyHash)
+            hashes = BatchedVocabularyHash(vocabularies, config.num_embeddings_per_feature)
+        else:  # one hash per feature: the naive IndexHash is the lesson, ModulusHash needs no vocabulary
+            hashes = [
+                make_hash(config.hashing, vocab, n)
+                for vocab, n in zip(vocabularies, config.num_embeddings_per_feature, strict=True)
+            ]
         self.dense_arch = DenseArch(config.num_dense, config.dense_arch_layer_sizes)
         self.sparse_arch = SparseArch(config.num_embeddings_per_feature, d, hashes)
         self.inter_arch = make_interaction(config.interaction, f, d)

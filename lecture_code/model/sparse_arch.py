@@ -1,10 +1,17 @@
 """``SparseArch``: raw categorical ids ``[B, F]`` → one embedding per feature ``[B, F, D]``.
 
-Two steps per feature ``f``: hash the raw ids to rows (:mod:`lecture_code.model.hashing`), then gather
-those rows from the feature's own table. One ``nn.Embedding`` per feature, as Criteo has exactly one id
-per feature per sample: no bag, no pooling. (``nn.EmbeddingBag`` would compute the same thing with a
-sum over bags of size 1, and becomes a ``Loop`` in the dynamo ONNX export; ``nn.Embedding`` exports as
-a single ``Gather`` per table, a much cleaner graph in Netron.)
+Two steps: hash the raw ids to rows (:mod:`lecture_code.model.hashing`), then gather each feature's rows
+from its own table. The hashing comes in two shapes:
+
+- one hash module per feature (``IndexHash``, ``VocabularyHash``, ``ModulusHash``), each applied to its
+  feature's column ``[B]``: ``F`` small lookups;
+- one module for all features (``BatchedVocabularyHash``), applied to the whole ``[B, F]`` batch: one
+  search over all vocabularies at once. ``DLRM`` uses it for ``hashing="vocabulary"``.
+
+One ``nn.Embedding`` per feature, as Criteo has exactly one id per feature per sample: no bag, no pooling.
+(``nn.EmbeddingBag`` would compute the same thing with a sum over bags of size 1, and becomes a ``Loop``
+in the dynamo ONNX export; ``nn.Embedding`` exports as a single ``Gather`` per table, a much cleaner
+graph in Netron.)
 
 Initialisation as in DLRM: table ``f`` with ``n_f`` rows is ``Uniform(-sqrt(1/n_f), sqrt(1/n_f))``.
 """
@@ -21,33 +28,51 @@ __all__ = ["SparseArch"]
 
 
 class SparseArch(nn.Module):
-    """One hash and one ``nn.Embedding(n_f, D)`` per sparse feature.
+    """The hashing and one ``nn.Embedding(n_f, D)`` per sparse feature.
 
     Args:
         num_embeddings_per_feature: rows ``n_f`` of each of the ``F`` tables.
         embedding_dim: ``D``.
-        hashes: ``F`` modules mapping raw ids ``[B]`` → rows ``[B]`` in ``[0, n_f)``
-            (see :func:`lecture_code.model.hashing.make_hash`).
+        hashes: either ``F`` modules mapping one feature's raw ids ``[B]`` → rows ``[B]`` in ``[0, n_f)``
+            (see :func:`lecture_code.model.hashing.make_hash`), or one module mapping all raw ids
+            ``[B, F]`` → rows ``[B, F]`` that has a ``num_embeddings_per_feature`` attribute
+            (:class:`lecture_code.model.hashing.BatchedVocabularyHash`). Stored as ``self.hashes``: an
+            ``nn.ModuleList`` in the first case, the module itself in the second.
     """
 
     def __init__(
-        self, num_embeddings_per_feature: Sequence[int], embedding_dim: int, hashes: Sequence[nn.Module]
+        self,
+        num_embeddings_per_feature: Sequence[int],
+        embedding_dim: int,
+        hashes: Sequence[nn.Module] | nn.Module,
     ):
         super().__init__()
-        if len(hashes) != len(num_embeddings_per_feature):
-            raise ValueError(
-                f"need one hash per feature: {len(hashes)} hashes for "
-                f"{len(num_embeddings_per_feature)} tables"
-            )
-        for f, (h, n) in enumerate(zip(hashes, num_embeddings_per_feature, strict=True)):
-            rows = getattr(h, "num_embeddings", n)
-            if rows != n:
+        tables = tuple(int(n) for n in num_embeddings_per_feature)
+        if isinstance(hashes, nn.Module) and not isinstance(hashes, nn.ModuleList):
+            rows = tuple(getattr(hashes, "num_embeddings_per_feature", ()))
+            if rows != tables:
                 raise ValueError(
-                    f"feature {f}: its hash produces rows for {rows} embeddings, its table has {n}"
+                    f"a batched hash must produce rows for every table: it has "
+                    f"num_embeddings_per_feature={rows}, the tables have {tables}"
                 )
-        self.hashes = nn.ModuleList(hashes)
-        self.embeddings = nn.ModuleList(nn.Embedding(n, embedding_dim) for n in num_embeddings_per_feature)
+            self.hashes = hashes
+        else:
+            if len(hashes) != len(tables):
+                raise ValueError(f"need one hash per feature: {len(hashes)} hashes for {len(tables)} tables")
+            for f, (h, n) in enumerate(zip(hashes, tables, strict=True)):
+                rows = getattr(h, "num_embeddings", n)
+                if rows != n:
+                    raise ValueError(
+                        f"feature {f}: its hash produces rows for {rows} embeddings, its table has {n}"
+                    )
+            self.hashes = nn.ModuleList(hashes)
+        self.embeddings = nn.ModuleList(nn.Embedding(n, embedding_dim) for n in tables)
         self.reset_parameters()
+
+    @property
+    def batched_hash(self) -> bool:
+        """Whether one module hashes all ``F`` features at once (else one module per feature)."""
+        return not isinstance(self.hashes, nn.ModuleList)
 
     def reset_parameters(self) -> None:
         """DLRM's table init: ``Uniform(-sqrt(1/n), sqrt(1/n))`` for a table of ``n`` rows."""
@@ -57,11 +82,16 @@ class SparseArch(nn.Module):
 
     def rows(self, sparse: torch.Tensor) -> torch.Tensor:
         """Hash only: raw ids int64 ``[B, F]`` → rows int64 ``[B, F]``; ``rows[b, f]`` indexes table ``f``."""
+        if self.batched_hash:
+            return self.hashes(sparse)  # one lookup for all features
         columns = sparse.t().contiguous()  # [F, B]: each feature's ids contiguous, as searchsorted wants
         return torch.stack([h(columns[f]) for f, h in enumerate(self.hashes)], dim=1)
 
     def forward(self, sparse: torch.Tensor) -> torch.Tensor:
         """Raw ids int64 ``[B, F]`` → embeddings ``[B, F, D]``."""
+        if self.batched_hash:
+            rows = self.hashes(sparse)  # [B, F]
+            return torch.stack([table(rows[:, f]) for f, table in enumerate(self.embeddings)], dim=1)
         columns = sparse.t().contiguous()  # [F, B]: each feature's ids contiguous, as searchsorted wants
         tables = zip(self.hashes, self.embeddings, strict=True)
         return torch.stack([table(h(columns[f])) for f, (h, table) in enumerate(tables)], dim=1)

@@ -20,6 +20,7 @@ pytest.importorskip("onnxscript")
 import onnx  # noqa: E402
 
 from lecture_code import export as export_module  # noqa: E402
+from lecture_code import export_cli  # noqa: E402
 from lecture_code.export import ONNXValidationError, export_onnx, summarize_onnx, validate_onnx  # noqa: E402
 
 # fp32 (atol, rtol) for onnxruntime vs torch: the same products summed in another order (MLAS vs MKL GEMMs)
@@ -294,7 +295,7 @@ def test_cli_exports_a_trained_checkpoint_with_its_config(dlrm_module, tiny_data
 
     out = tmp_path / "dlrm.onnx"
     argv = ["--checkpoint", str(tmp_path / "checkpoint.pt"), "--out", str(out), "--exporter", "torchscript"]
-    export_module.main(argv)
+    export_cli.main(argv)
     printed = capsys.readouterr().out
     assert "onnxruntime vs torch: max abs error" in printed and "sparse" in printed
 

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from dlrm_test_data import random_batch, random_metadata
 
-from lecture_code.model import DenseArch, OverArch, SparseArch, make_hash, make_mlp
+from lecture_code.model import BatchedVocabularyHash, DenseArch, OverArch, SparseArch, make_hash, make_mlp
 
 # fp32 on CPU: the reference is the same matmuls done op by op; only summation order may differ.
 ATOL, RTOL = 1e-5, 1e-5
@@ -70,6 +70,25 @@ def test_sparse_arch_hashes_then_looks_up(rng, kind):
     for f, (h, table) in enumerate(zip(hashes, arch.embeddings, strict=True)):
         assert torch.equal(rows[:, f], h(sparse[:, f].contiguous()))
         assert torch.equal(out[:, f], table.weight[rows[:, f]])
+
+
+def test_sparse_arch_batched_hash_equals_per_feature(rng):
+    """One BatchedVocabularyHash for all features: same rows and embeddings as F VocabularyHash modules."""
+    metadata = random_metadata(rng, num_features=7)
+    tables = metadata.num_embeddings_per_feature
+    per_feature = SparseArch(
+        tables, 5, [make_hash("vocabulary", v, n) for v, n in zip(metadata.vocabularies, tables, strict=True)]
+    )
+    batched = SparseArch(tables, 5, BatchedVocabularyHash(metadata.vocabularies, tables))
+    assert batched.batched_hash and not per_feature.batched_hash
+    batched.embeddings.load_state_dict(per_feature.embeddings.state_dict())
+    _, sparse = random_batch(rng, metadata, batch=37)
+    assert torch.equal(batched.rows(sparse), per_feature.rows(sparse))
+    out = batched(sparse)
+    assert out.shape == (37, 7, 5)
+    assert torch.equal(out, per_feature(sparse))
+    with pytest.raises(ValueError, match="batched hash must produce rows for every table"):
+        SparseArch(tables[:-1], 5, BatchedVocabularyHash(metadata.vocabularies, tables))
 
 
 def test_sparse_arch_dlrm_init_and_errors(rng):

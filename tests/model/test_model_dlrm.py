@@ -8,7 +8,7 @@ import pytest
 import torch
 from dlrm_test_data import random_batch, random_metadata
 
-from lecture_code.model import DLRM, DLRMConfig
+from lecture_code.model import DLRM, BatchedVocabularyHash, DLRMConfig, VocabularyHash
 
 
 @pytest.mark.parametrize("hashing", ["vocabulary", "index", "modulus"])
@@ -122,3 +122,35 @@ def test_vocabulary_errors(rng):
     )
     with pytest.raises(ValueError, match="len\\(vocabulary\\) \\+ 1"):
         DLRM.from_metadata(wrong)
+
+
+def test_vocabulary_hashing_is_one_batched_lookup_equal_to_per_feature(rng):
+    """``hashing="vocabulary"`` builds one BatchedVocabularyHash; swapping in per-feature hashes changes
+    nothing, and the state dict holds one ``keys`` buffer instead of F vocabularies."""
+    metadata = random_metadata(rng, num_features=6)
+    model = DLRM.from_metadata(metadata).eval()
+    assert isinstance(model.sparse_arch.hashes, BatchedVocabularyHash)
+    assert [k for k in model.state_dict() if "hashes" in k] == ["sparse_arch.hashes.keys"]
+    dense, sparse = random_batch(rng, metadata, batch=29)
+    with torch.no_grad():
+        logits = model(dense, sparse)
+        model.sparse_arch.hashes = torch.nn.ModuleList(
+            VocabularyHash(v, n)
+            for v, n in zip(metadata.vocabularies, metadata.num_embeddings_per_feature, strict=True)
+        )
+        assert torch.equal(model(dense, sparse), logits)
+
+
+@pytest.mark.parametrize("hashing", ["vocabulary", "index", "modulus"])
+def test_dlrm_compiles_fullgraph(rng, hashing):
+    """No graph break with any hashing (``fullgraph=True``); the compiled logits equal the eager ones.
+    ``aot_eager`` traces forward and backward like inductor does, without compiling C++ (fast on a CPU)."""
+    metadata = random_metadata(rng, num_features=4, max_vocab=12)
+    model = DLRM.from_metadata(metadata, hashing=hashing)
+    dense, sparse = random_batch(rng, metadata, batch=16)
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    expected = model(dense, sparse)
+    actual = compiled(dense, sparse)
+    torch.testing.assert_close(actual, expected, atol=1e-6, rtol=1e-6)
+    actual.sum().backward()  # the backward graph traces too
+    assert all(p.grad is not None for p in model.parameters())

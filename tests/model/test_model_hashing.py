@@ -1,4 +1,5 @@
-"""Hashing raw ids to rows: IndexHash == VocabularyHash exactly; row 0 for missing/unseen; modulus range."""
+"""Hashing raw ids to rows: IndexHash == VocabularyHash == BatchedVocabularyHash exactly; row 0 for
+missing/unseen; modulus range."""
 
 from __future__ import annotations
 
@@ -7,7 +8,14 @@ import pytest
 import torch
 from dlrm_test_data import ID_SPACE, random_ids, random_vocabulary
 
-from lecture_code.model import IndexHash, ModulusHash, VocabularyHash, binary_search_lower_bound, make_hash
+from lecture_code.model import (
+    BatchedVocabularyHash,
+    IndexHash,
+    ModulusHash,
+    VocabularyHash,
+    binary_search_lower_bound,
+    make_hash,
+)
 
 # Vocabulary sizes: empty, one entry, powers of two and their neighbours (binary-search edges), odd sizes.
 VOCAB_SIZES = [0, 1, 2, 3, 7, 8, 9, 31, 64, 100, 257]
@@ -108,3 +116,115 @@ def test_make_hash_and_vocabulary_is_a_buffer(rng):
 def test_invalid_vocabulary_raises(vocab, num_embeddings, error, message):
     with pytest.raises(error, match=message):
         VocabularyHash(np.array(vocab), num_embeddings)
+
+
+# --------------------------------------------------------------------------------------------------------
+# BatchedVocabularyHash: all features in one search, equal to F separate VocabularyHash lookups
+# --------------------------------------------------------------------------------------------------------
+
+
+def _per_feature_rows(vocabularies, sparse: torch.Tensor) -> torch.Tensor:
+    """The reference: one VocabularyHash per feature on its own column, stacked to ``[B, F]``."""
+    hashes = [VocabularyHash(v, len(v) + 1) for v in vocabularies]
+    return torch.stack([h(sparse[:, f].contiguous()) for f, h in enumerate(hashes)], dim=1)
+
+
+def _batched(vocabularies) -> BatchedVocabularyHash:
+    return BatchedVocabularyHash(vocabularies, [len(v) + 1 for v in vocabularies])
+
+
+def _edge_vocabularies(rng):
+    """Empty vocabularies first, in the middle and last; ids 0 and 2^32 - 1 at the block boundaries, so a
+    missing id of the next feature (key ``f·2^32 - 1``) sits right after a real key of the previous one."""
+    vocabularies = [random_vocabulary(rng, size) for size in (0, 1, 9, 0, 64, 257, 3, 0)]
+    vocabularies[1] = np.array([ID_SPACE - 1], dtype=np.int64)
+    vocabularies[2] = np.unique(np.append(vocabularies[2][1:], [0, ID_SPACE - 1]))
+    vocabularies[4] = np.unique(np.append(vocabularies[4][1:], ID_SPACE - 1))
+    return vocabularies
+
+
+@pytest.mark.parametrize("export_path", [False, True], ids=["searchsorted", "onnx-binary-search"])
+def test_batched_vocabulary_hash_equals_per_feature(rng, monkeypatch, export_path):
+    vocabularies = _edge_vocabularies(rng)
+    sparse = torch.stack([random_ids(rng, v, batch=409) for v in vocabularies], dim=1)  # [B, F], odd B
+    assert (sparse >= 1 << 31).any() and (sparse == -1).any()  # the batch covers the hard cases
+    expected = _per_feature_rows(vocabularies, sparse)
+    hasher = _batched(vocabularies)
+    if export_path:  # under torch.onnx.export the search is binary_search_lower_bound: same rows
+        monkeypatch.setattr(torch.onnx, "is_in_onnx_export", lambda: True)
+    actual = hasher(sparse)
+    assert actual.dtype == torch.int64 and actual.shape == sparse.shape
+    assert torch.equal(actual, expected)
+    assert torch.equal(hasher(sparse.t().contiguous().t()), expected)  # a non-contiguous [B, F] view
+    # And both equal the definition, computed independently with one Python dict per feature.
+    for f, vocab in enumerate(vocabularies):
+        row_of = {int(v): i + 1 for i, v in enumerate(vocab)}
+        assert actual[:, f].tolist() == [row_of.get(i, 0) for i in sparse[:, f].tolist()]
+
+
+def test_batched_vocabulary_hash_every_entry_and_out_of_range_ids(rng):
+    """Every vocabulary entry of every feature → its own row; ids outside [0, 2^32) → row 0 (as
+    VocabularyHash), even where ``f·2^32 + id`` lands exactly on another feature's key."""
+    vocabularies = _edge_vocabularies(rng)
+    hasher = _batched(vocabularies)
+    longest = max(len(v) for v in vocabularies)
+    columns, expected = [], []
+    for vocab in vocabularies:  # each column: the whole vocabulary, shuffled, padded with unseen ids
+        order = rng.permutation(longest)
+        padded = np.concatenate([vocab, np.full(longest - len(vocab), -7)])[order]
+        columns.append(padded)
+        expected.append(np.where(order < len(vocab), order + 1, 0))
+    sparse = torch.from_numpy(np.stack(columns, axis=1).astype(np.int64))
+    assert torch.equal(hasher(sparse), torch.from_numpy(np.stack(expected, axis=1)))
+
+    # Ids outside [0, 2^32) whose key f·2^32 + id is a real key of a neighbouring feature: -1 in feature 2
+    # is feature 1's id 2^32 - 1; 2^32 in feature 1 and -2^32 in feature 3 are feature 2's id 0. Plus
+    # ids far outside, up to int64's extremes (where f·2^32 + id wraps around).
+    assert vocabularies[1][-1] == ID_SPACE - 1 and vocabularies[2][0] == 0
+    sparse = torch.full((4, len(vocabularies)), -5, dtype=torch.int64)
+    sparse[0, 2], sparse[1, 1], sparse[2, 3] = -1, ID_SPACE, -ID_SPACE
+    far = [1 << 40, -(1 << 40), 2**63 - 1, -(2**63), ID_SPACE + 5, -ID_SPACE - 5, 2**62, -1]
+    sparse[3] = torch.tensor(far)
+    assert torch.equal(hasher(sparse), torch.zeros_like(sparse))
+    assert torch.equal(hasher(sparse), _per_feature_rows(vocabularies, sparse))
+
+
+def test_batched_vocabulary_hash_all_empty_and_single_feature(rng):
+    empty = [np.empty(0, dtype=np.int64)] * 3
+    sparse = torch.stack([random_ids(rng, v, batch=17) for v in empty], dim=1)
+    assert torch.equal(_batched(empty)(sparse), torch.zeros_like(sparse))
+    vocab = [random_vocabulary(rng, 31)]
+    sparse = random_ids(rng, vocab[0], batch=50)[:, None]
+    assert torch.equal(_batched(vocab)(sparse), _per_feature_rows(vocab, sparse))
+
+
+def test_batched_vocabulary_hash_buffers_and_errors(rng):
+    vocabularies = [random_vocabulary(rng, s) for s in (4, 0, 6)]
+    hasher = _batched(vocabularies)
+    # One persistent buffer, the combined keys: the id → row mapping a checkpoint carries.
+    assert list(hasher.state_dict()) == ["keys"]
+    expected_keys = np.concatenate([v + (f << 32) for f, v in enumerate(vocabularies)])
+    assert hasher.keys.tolist() == expected_keys.tolist()
+    assert hasher.starts.tolist() == [0, 4, 4] and hasher.key_offsets.tolist() == [0, 1 << 32, 2 << 32]
+    assert hasher.num_embeddings_per_feature == (5, 1, 7) and hasher.num_features == 3
+    with pytest.raises(ValueError, match="one vocabulary per feature"):
+        BatchedVocabularyHash(vocabularies, [5, 1])
+    with pytest.raises(ValueError, match=r"feature 2: num_embeddings must be len\(vocabulary\) \+ 1"):
+        BatchedVocabularyHash(vocabularies, [5, 1, 6])
+    with pytest.raises(ValueError, match="feature 1: the vocabulary must be sorted"):
+        BatchedVocabularyHash([[1, 2], [5, 3]], [3, 3])
+    with pytest.raises(ValueError, match=r"feature 0: vocabulary ids must lie in \[0, 2\^32\)"):
+        BatchedVocabularyHash([[3, 1 << 32]], [3])
+    with pytest.raises(ValueError, match="vocabulary ids must lie"):
+        BatchedVocabularyHash([[-1, 3]], [3])
+    with pytest.raises(ValueError, match="at least one feature"):
+        BatchedVocabularyHash([], [])
+
+
+def test_batched_vocabulary_hash_compiles_fullgraph(rng):
+    """No graph break (``fullgraph=True``), and the compiled rows equal the eager ones."""
+    vocabularies = _edge_vocabularies(rng)
+    hasher = _batched(vocabularies)
+    sparse = torch.stack([random_ids(rng, v, batch=33) for v in vocabularies], dim=1)
+    compiled = torch.compile(hasher, fullgraph=True, backend="aot_eager")
+    assert torch.equal(compiled(sparse), hasher(sparse))

@@ -50,3 +50,18 @@ def test_torchscript_export_matches_eager(rng, tmp_path, hashing):
     logits = _export_torchscript_and_run(model, example, other, tmp_path / "dlrm.onnx")
     with torch.no_grad():
         np.testing.assert_allclose(logits, model(*other).numpy(), atol=ATOL, rtol=RTOL)
+
+
+def test_vocabulary_hash_exports_one_search_for_all_features(rng, tmp_path):
+    """The batched lookup exports one unrolled binary search over all features' keys: ``ΣV.bit_length()``
+    steps (each with one ``Less``), not one search per feature."""
+    metadata = random_metadata(rng, num_features=6, max_vocab=40)
+    model = DLRM.from_metadata(metadata, hashing="vocabulary").eval()
+    example, other = random_batch(rng, metadata, 8), random_batch(rng, metadata, 5)
+    logits = _export_torchscript_and_run(model, example, other, tmp_path / "dlrm.onnx")
+    with torch.no_grad():
+        np.testing.assert_allclose(logits, model(*other).numpy(), atol=ATOL, rtol=RTOL)
+    steps = sum(len(v) for v in metadata.vocabularies).bit_length()
+    per_feature_steps = sum(len(v).bit_length() for v in metadata.vocabularies)
+    less = sum(node.op_type == "Less" for node in onnx.load(str(tmp_path / "dlrm.onnx")).graph.node)
+    assert steps <= less <= steps + 1 < per_feature_steps  # + 1: the ``id < 2^32`` range check
