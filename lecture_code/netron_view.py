@@ -20,6 +20,8 @@ Netron serves one model per Python process at a time (its request handler keeps 
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
 import datetime as dt
 import json
@@ -163,7 +165,25 @@ def screenshot_netron(
     in one piece (more than 16 Mpx) and only the top-left viewport was saved (with a warning),
     "chromium": the browser's version}``.
     The server and the browser are stopped on every path out, errors included.
+    Inside a running asyncio loop (a Jupyter cell), Playwright's sync API refuses to start, so the work
+    then runs in a worker thread of its own.
     """
+    args = (onnx_path, png_path, width, height, full_graph, chromium, timeout_s)
+    if _in_running_event_loop():
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+            return pool.submit(_screenshot, *args).result()
+    return _screenshot(*args)
+
+
+def _in_running_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _screenshot(onnx_path, png_path, width, height, full_graph, chromium, timeout_s) -> dict:
     from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
     from playwright.sync_api import sync_playwright
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from loguru import logger
 from torch.utils.tensorboard import SummaryWriter
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from lecture_code import data as criteo
 from lecture_code.checkpoint import load_checkpoint, save_checkpoint

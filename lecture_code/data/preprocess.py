@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from loguru import logger
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from .malformed import MalformedRowError
 from .metadata import (

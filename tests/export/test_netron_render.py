@@ -159,3 +159,15 @@ def test_a_graph_netron_refuses_to_draw_raises_with_its_message(chromium, onnx_f
             onnx_file, tmp_path / "g.png", full_graph=False, chromium=chromium, timeout_s=3
         )
     assert (tmp_path / "g.error.png").stat().st_size > 0  # what the page showed instead, for debugging
+
+
+@pytest.mark.slow  # a Chromium start and a render: about 5 s
+def test_screenshot_works_inside_a_running_event_loop(chromium, onnx_file, tmp_path):
+    """A Jupyter cell runs inside an asyncio loop, where Playwright's sync API refuses to start."""
+    import asyncio
+
+    async def from_a_cell():
+        return netron_view.screenshot_netron(onnx_file, tmp_path / "cell.png", chromium=chromium)
+
+    result = asyncio.run(from_a_cell())
+    assert result["nodes"] > 10 and (tmp_path / "cell.png").stat().st_size > 10_000
