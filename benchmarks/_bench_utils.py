@@ -1,8 +1,20 @@
 """Small helpers shared by the benchmark scripts: timing, copy ceiling, stamp, table, CSV + PNG.
 
-Timing is the median of many runs: ``triton.testing.do_bench`` on a GPU (CUDA events, L2 flushed between
-runs), a ``time.perf_counter`` loop on a CPU (where Triton kernels run in the interpreter and only show that
-the script works, not how fast anything is).
+Two numbers per call on a GPU, because a small kernel has two costs:
+
+- **device time** (:func:`median_ms`): CUDA events around ``fn()``, median of many runs, L2 flushed before
+  each. Before each run the GPU is also kept busy by a ~0.5 ms sleep kernel, so the host has enqueued all of
+  ``fn``'s launches before the start event fires: the time is the GPU's, whatever Python does around it.
+  Plain ``triton.testing.do_bench`` hides host overhead only up to the length of its L2 flush (≈ 85 µs on an
+  H100); a call that spends longer than that in Python (autotuner dispatch, argument checks, guards) leaks
+  the difference into the "kernel" time. That is what made a first H100 run show Triton kernels at 25–60% of
+  the copy ceiling at 1024–4096 rows, while the same kernels launched bare ran at 95–115%.
+- **host time** (:func:`host_us`): CPU microseconds per call, enqueueing without waiting. When it exceeds
+  the device time, a loop of such calls is launch-bound: the GPU waits for Python (CUDA graphs, or
+  ``torch.compile(mode="reduce-overhead")``, take the host out of the loop).
+
+On a CPU, a ``time.perf_counter`` loop (Triton kernels run in the interpreter there: the numbers only show
+that the script works, not how fast anything is).
 """
 
 from __future__ import annotations
@@ -34,10 +46,16 @@ def setup(device: torch.device) -> None:
         torch.set_num_threads(1)
 
 
+SLEEP_CYCLES = 1_000_000  # ≈ 0.5 ms at the H100's 1.7–2 GHz: longer than any host overhead measured here
+_flush: dict[torch.device, torch.Tensor] = {}
+
+
 def median_ms(fn: Callable[[], object], device: torch.device, cpu_reps: int = 5) -> float:
-    """Median wall time of ``fn()`` in milliseconds on ``device``."""
+    """Median time of ``fn()`` in milliseconds: device time on a GPU (see the module docstring)."""
     if on_gpu(device):
-        return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+        if not hasattr(torch.cuda, "_sleep"):  # private but long-lived; without it, the usual do_bench
+            return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+        return _device_ms(fn, device)
     fn()  # warm up (compiles, caches)
     times = []
     for _ in range(cpu_reps):
@@ -45,6 +63,47 @@ def median_ms(fn: Callable[[], object], device: torch.device, cpu_reps: int = 5)
         fn()
         times.append(time.perf_counter() - t0)
     return 1e3 * statistics.median(times)
+
+
+def _device_ms(fn: Callable[[], object], device: torch.device, budget_ms: float = 100.0) -> float:
+    if device not in _flush:  # 256 MB, five times the H100's 50 MB L2, as do_bench uses
+        _flush[device] = torch.empty(256 * 2**20, dtype=torch.int8, device=device)
+    flush = _flush[device]
+    for _ in range(3):  # warm up: compiles, autotunes, caches
+        fn()
+    torch.cuda.synchronize(device)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(5):
+        fn()
+    end.record()
+    torch.cuda.synchronize(device)
+    reps = int(min(200, max(20, budget_ms / max(start.elapsed_time(end) / 5, 1e-3))))
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for i in range(reps):
+        flush.zero_()
+        torch.cuda._sleep(SLEEP_CYCLES)  # the GPU waits here while the host enqueues fn's launches
+        starts[i].record()
+        fn()
+        ends[i].record()
+    torch.cuda.synchronize(device)
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True))
+
+
+def host_us(fn: Callable[[], object], device: torch.device, calls: int = 100) -> float | None:
+    """CPU microseconds per ``fn()`` call, enqueued back to back without waiting (GPU only, else None)."""
+    if not on_gpu(device):
+        return None
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize(device)
+    return 1e6 * (t1 - t0) / calls
 
 
 def copy_gbps(numel: int, dtype: torch.dtype, device: torch.device) -> float:
@@ -86,9 +145,12 @@ def _fmt(v) -> str:
     return "" if v is None else str(v)
 
 
-def save(rows: list[dict], folder: str, name: str, meta: dict[str, str]) -> Path:
-    """Write ``rows`` stamped with ``meta`` to results/<folder>/<name>_<device>_<date>.csv; return it."""
-    out_dir = RESULTS / folder
+def save(rows: list[dict], folder: str, name: str, meta: dict[str, str], root: Path | None = None) -> Path:
+    """Write ``rows`` stamped with ``meta`` to <root>/<folder>/<name>_<device>_<date>.csv; return it.
+
+    ``root`` defaults to ``benchmarks/results`` (the committed results); pass e.g. ``benchmarks/results/tmp``
+    (git-ignored) for trial runs."""
+    out_dir = (root or RESULTS) / folder
     out_dir.mkdir(parents=True, exist_ok=True)
     slug = re.sub(r"[^A-Za-z0-9]+", "-", meta["device"]).strip("-").lower()
     path = out_dir / f"{name}_{slug}_{meta['date'][:10]}.csv"

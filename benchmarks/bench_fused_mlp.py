@@ -5,11 +5,21 @@ Two shapes of the kind the kernel is for (H small, see kernels/fused_mlp.py), sw
 - ``dlrm-top-tail``: K=512 → H=256 → N=1, sigmoid (the last layers of DLRM's over-arch);
 - ``lora-rank16``: K=4096 → H=16 → N=4096, no final activation (the shape of LoRA's rank-r path).
 
-Metrics: GB/s (bytes of x, weights, biases and y over the median time; the hidden activations are the bytes
-fusion saves, so they are not counted) against the measured copy ceiling, and TFLOP/s (2·M·H·(K + N)).
+Metrics: GB/s (bytes of x, weights, biases and y over the median device time; the hidden activations are the
+bytes fusion saves, so they are not counted) against the measured copy ceiling, TFLOP/s (2·M·H·(K + N)), and
+``host us``, the CPU time per call (see ``_bench_utils``: where it exceeds the device time, the call is
+launch-bound).
 
-    python benchmarks/bench_fused_mlp.py           # GPU: full sweep, bf16 and fp32
+Precisions, the same for every provider (eager, torch.compile, fused), named in each row:
+
+- ``bf16``: bf16 tensors (tensor cores everywhere);
+- ``fp32``: fp32 tensors, ``torch.set_float32_matmul_precision("highest")`` (PyTorch's default): no TF32,
+  cuBLAS SGEMM on the CUDA cores, and the fused kernel's dots are fp32 FMA (``input_precision="ieee"``);
+- ``tf32``: fp32 tensors with precision ``"high"``: cuBLAS and the fused kernel both use TF32 tensor cores.
+
+    python benchmarks/bench_fused_mlp.py           # GPU: full sweep, bf16, tf32 and fp32
     python benchmarks/bench_fused_mlp.py --quick   # tiny sizes (CPU: Triton runs in the interpreter)
+    python benchmarks/bench_fused_mlp.py --results-dir benchmarks/results/tmp   # a trial run (git-ignored)
 
 Prints a table; saves CSV + PNG under benchmarks/results/fused_mlp/, stamped with device, versions, date.
 """
@@ -34,7 +44,13 @@ try:
 except ImportError:  # run as a script from benchmarks/
     import _bench_utils as bu
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+# name: (tensor dtype, torch.set_float32_matmul_precision for every provider, what the matmuls run as)
+DTYPES = {
+    "bf16": (torch.bfloat16, "highest", "bf16 tensor cores"),
+    "fp16": (torch.float16, "highest", "fp16 tensor cores"),
+    "tf32": (torch.float32, "high", "fp32 tensors, TF32 tensor cores"),
+    "fp32": (torch.float32, "highest", "fp32 tensors, no TF32 (CUDA-core FMA)"),
+}
 SHAPES = {  # name: (K, H, N, final activation)
     "dlrm-top-tail": (512, 256, 1, "sigmoid"),
     "lora-rank16": (4096, 16, 4096, "none"),
@@ -46,23 +62,28 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="tiny sizes (the default on a CPU)")
     p.add_argument("--rows", type=int, nargs="+", help="row counts M to sweep")
-    p.add_argument("--dtypes", nargs="+", choices=list(DTYPES), help="default bf16 fp32 (fp32 on CPU)")
+    p.add_argument("--dtypes", nargs="+", choices=list(DTYPES), help="default bf16 tf32 fp32 (fp32 on CPU)")
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile (slow to compile on CPU)")
+    p.add_argument("--results-dir", type=Path, help="where CSV + PNG go (default benchmarks/results)")
     args = p.parse_args(argv)
 
     device = runtime.default_device()
     bu.setup(device)
     quick = args.quick or not bu.on_gpu(device)
     rows = args.rows or ([16, 64] if quick else [256, 1024, 4096, 16384, 65536])
-    dtypes = args.dtypes or (["fp32"] if quick else ["bf16", "fp32"])
+    dtypes = args.dtypes or (["fp32"] if quick else ["bf16", "tf32", "fp32"])
     shapes = QUICK_SHAPES if quick else SHAPES
     meta = bu.stamp(device)
     print(f"# {meta['device']} · torch {meta['torch']} · triton {meta['triton']} · mode {runtime.mode()}")
+    print("# ms: median device time (host overhead kept out); host us: CPU time per call")
+    print("# each precision's matmul setting applies to eager, torch.compile and fused alike")
+    precision_before = torch.get_float32_matmul_precision()
 
     results = []
     for shape_name, (K, H, N, final) in shapes.items():
         for dname in dtypes:
-            dtype = DTYPES[dname]
+            dtype, precision, matmuls = DTYPES[dname]
+            torch.set_float32_matmul_precision(precision)
             w1 = (torch.randn(H, K, device=device) / K**0.5).to(dtype)
             b1 = torch.randn(H, device=device, dtype=dtype)
             w2 = (torch.randn(N, H, device=device) / H**0.5).to(dtype)
@@ -83,13 +104,16 @@ def main(argv=None) -> None:
                         got = fn(x, w1, b1, w2, b2, final)  # validate before timing
                         torch.testing.assert_close(got, expected, atol=5e-2, rtol=5e-2)
                         ms = bu.median_ms(functools.partial(fn, x, w1, b1, w2, b2, final), device)
+                        host = bu.host_us(functools.partial(fn, x, w1, b1, w2, b2, final), device)
                         results.append(
                             {
                                 "kernel": f"{shape_name} (K={K}, H={H}, N={N})",
                                 "dtype": dname,
+                                "matmuls": matmuls,
                                 "rows": M,
                                 "provider": provider,
                                 "ms": ms,
+                                "host us": host,
                                 "GB/s": nbytes / (ms * 1e6),
                                 "TFLOP/s": flops / (ms * 1e9),
                                 "copy GB/s": ceiling,
@@ -97,13 +121,16 @@ def main(argv=None) -> None:
                             }
                         )
                         r = results[-1]
+                        host_txt = "" if host is None else f"  host {host:6.1f} us"
                         print(f"{shape_name:>14} {dname} M={M:>6} {provider:>14}: {ms:9.4f} ms "
-                              f"{r['GB/s']:8.1f} GB/s {r['TFLOP/s']:7.2f} TFLOP/s")  # fmt: skip
+                              f"{r['GB/s']:8.1f} GB/s {r['TFLOP/s']:7.2f} TFLOP/s{host_txt}")  # fmt: skip
 
+    torch.set_float32_matmul_precision(precision_before)
     print()
-    cols = ["kernel", "dtype", "rows", "provider", "ms", "GB/s", "TFLOP/s", "copy GB/s", "% of copy"]
+    cols = ["kernel", "dtype", "rows", "provider", "ms", "host us", "GB/s", "TFLOP/s", "copy GB/s"]
+    cols.append("% of copy")
     bu.print_table(results, cols)
-    path = bu.save(results, "fused_mlp", "fused_mlp", meta)
+    path = bu.save(results, "fused_mlp", "fused_mlp", meta, args.results_dir)
     panels = list(dict.fromkeys((r["kernel"], r["dtype"]) for r in results))
     bu.plot(results, panels, "rows", "GB/s", "copy GB/s", path.with_suffix(".png"), meta, "rows M")
     print(f"\nsaved {path} and {path.with_suffix('.png').name}")

@@ -1,12 +1,15 @@
 """Benchmark the hand-fused pointwise kernels against eager PyTorch, torch.compile and the copy ceiling.
 
 Kernels: bias+ReLU (``relu(x + bias)``) and add-mul-activation (``act(x + bias + alpha·y)``), forward, over
-rows × 4096 columns. Metric: GB/s = bytes read + written / median time; the ceiling is the measured
-``y.copy_(x)`` bandwidth on the same device and size. Goal (issue): Triton v1 ≥ 95% of the copy ceiling at
-large sizes, and no slower than torch.compile at small ones.
+rows × 4096 columns. Metric: GB/s = bytes read + written / median *device* time; the ceiling is the measured
+``y.copy_(x)`` bandwidth on the same device and size, timed the same way. A second column, ``host us``, is the
+CPU time per call: where it exceeds the device time, a loop of such calls is launch-bound, whatever the
+kernel (see ``_bench_utils``). Goal (issue): Triton v1 ≥ 95% of the copy ceiling at large sizes, and no
+slower than torch.compile at small ones.
 
     python benchmarks/bench_pointwise.py            # GPU: full sweep, fp32 and bf16
     python benchmarks/bench_pointwise.py --quick    # tiny sizes (CPU: Triton runs in the interpreter)
+    python benchmarks/bench_pointwise.py --results-dir benchmarks/results/tmp   # a trial run (git-ignored)
 
 Prints a table; saves CSV + PNG under benchmarks/results/pointwise/, stamped with device, versions, date.
 """
@@ -91,6 +94,7 @@ def main(argv=None) -> None:
         help="add_mul_act activations to sweep (the CUDA version exists for relu only)",
     )
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile (slow to compile on CPU)")
+    p.add_argument("--results-dir", type=Path, help="where CSV + PNG go (default benchmarks/results)")
     args = p.parse_args(argv)
 
     device = runtime.default_device()
@@ -102,6 +106,7 @@ def main(argv=None) -> None:
     cuda = cuda_providers()
     meta = bu.stamp(device)
     print(f"# {meta['device']} · torch {meta['torch']} · triton {meta['triton']} · mode {runtime.mode()}")
+    print("# ms: median device time (host overhead kept out); host us: CPU time per call")
 
     results = []
     variants = [("bias_relu", None)] + [("add_mul_act", act) for act in args.activations]
@@ -128,6 +133,7 @@ def main(argv=None) -> None:
                         got = call(fn, x, bias, y)  # validate before timing: a fast wrong kernel is no result
                         torch.testing.assert_close(got, expected, atol=2e-2, rtol=2e-2)
                         ms = bu.median_ms(functools.partial(call, fn, x, bias, y), device)
+                        host = bu.host_us(functools.partial(call, fn, x, bias, y), device)
                     gbps = nbytes / (ms * 1e6)
                     results.append(
                         {
@@ -137,14 +143,16 @@ def main(argv=None) -> None:
                             "cols": cols,
                             "provider": provider,
                             "ms": ms,
+                            "host us": host,
                             "GB/s": gbps,
                             "copy GB/s": ceiling,
                             "% of copy": 100 * gbps / ceiling,
                         }
                     )
                     r = results[-1]
+                    host_txt = "" if host is None else f"  host {host:6.1f} us"
                     print(f"{r['kernel']:>24} {dname} {M:>6}x{cols} {provider:>14}: {ms:9.4f} ms "
-                          f"{gbps:8.1f} GB/s ({r['% of copy']:5.1f}% of copy)")  # fmt: skip
+                          f"{gbps:8.1f} GB/s ({r['% of copy']:5.1f}% of copy){host_txt}")  # fmt: skip
 
     compile_ms = {
         (r["kernel"], r["dtype"], r["rows"]): r["ms"] for r in results if r["provider"] == "torch.compile"
@@ -152,9 +160,9 @@ def main(argv=None) -> None:
     for r in results:  # > 1: faster than torch.compile at this size
         r["x compile"] = compile_ms.get((r["kernel"], r["dtype"], r["rows"]), float("nan")) / r["ms"]
     print()
-    columns = ["kernel", "dtype", "rows", "provider", "ms", "GB/s", "copy GB/s", "% of copy", "x compile"]
-    bu.print_table(results, columns)
-    path = bu.save(results, "pointwise", "pointwise", meta)
+    columns = ["kernel", "dtype", "rows", "provider", "ms", "host us", "GB/s", "copy GB/s", "% of copy"]
+    bu.print_table(results, [*columns, "x compile"])
+    path = bu.save(results, "pointwise", "pointwise", meta, args.results_dir)
     panels = list(dict.fromkeys((r["kernel"], r["dtype"]) for r in results))
     bu.plot(
         results,

@@ -27,12 +27,24 @@ it is deterministic (the same bits every run) and has no contention; the partial
 noise next to the 3·M·N·s of the main pass.
 
 Versions (shared/STYLE.md point 7): ``v1`` is this file: any shape, any strides (non-contiguous rows and
-columns), fp32/fp16/bf16, masked tails, in place or out of place, autotuned 2-D tiles. ``v0`` (to be added
-by the lecture from a real capture) is the kernel exactly as torch.compile's inductor wrote it, sizes baked
-in; it is not written by hand here.
+columns), fp32/fp16/bf16, masked tails, in place or out of place, 2-D tiles picked by a fixed rule
+(:func:`pointwise_tile`). ``v0`` (to be added by the lecture from a real capture) is the kernel exactly as
+torch.compile's inductor wrote it, sizes baked in; it is not written by hand here.
+
+Tiles: a rule, not the autotuner. On an H100 (triton 3.6, 2026-11-22) 15 of 16 forward tiles from 1×1024
+to 64×64 elements (4 or 8 warps) ran this kernel and add_mul_act's at 90–118% of the copy ceiling for
+1024–65536 rows × 4096 columns, fp32 and bf16; only 16×1024 with 8 warps fell to 84–91% (gelu_tanh). With
+the rule's 4×1024 tiles, ``benchmarks/bench_pointwise.py`` measured 99–112% of the copy ceiling and
+0.97–1.11× torch.compile's speed at every size (median device time).
+A memory-bound kernel barely cares about its tile once the loads are 16 bytes wide and the GPU is full,
+so autotuning buys nothing here, and it costs: the autotuner's per-call dispatch (≈ 10–25 µs of Python, more
+than the kernel's own ≈ 11 µs on the GPU at 1024 × 4096 bf16) and a noisy choice at every new shape. The
+backward (a reduction) keeps its small autotuned list.
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 import triton
@@ -42,21 +54,10 @@ from kernels.runtime import autotune_configs, interpreting
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
-# Forward tiles (BLOCK_M rows × BLOCK_N columns). A memory-bound kernel reaches the copy ceiling when every
-# SM has enough bytes in flight: 4K–16K elements per program (16–64 KB of fp32) with 4–8 warps. Wide, short
-# tiles suit wide rows (N = 4096); tall, narrow tiles stop masked lanes being wasted when N is small.
-# The first config is the only one used under the CPU interpreter (see runtime.autotune_configs), where
-# each program costs milliseconds whatever its size: so it is a large tile.
-POINTWISE_CONFIGS = [
-    triton.Config({"BLOCK_M": 16, "BLOCK_N": 256}, num_warps=4),
-    triton.Config({"BLOCK_M": 4, "BLOCK_N": 1024}, num_warps=4),
-    triton.Config({"BLOCK_M": 8, "BLOCK_N": 1024}, num_warps=8),
-    triton.Config({"BLOCK_M": 16, "BLOCK_N": 1024}, num_warps=8),
-    triton.Config({"BLOCK_M": 16, "BLOCK_N": 512}, num_warps=8),
-    triton.Config({"BLOCK_M": 2, "BLOCK_N": 2048}, num_warps=8),
-    triton.Config({"BLOCK_M": 32, "BLOCK_N": 128}, num_warps=4),
-    triton.Config({"BLOCK_M": 64, "BLOCK_N": 64}, num_warps=4),
-]
+# Forward tiles: see pointwise_tile. About 4096 elements per program (32 per thread at 4 warps: 16-byte loads,
+# several in flight), at most 1024 columns wide.
+TILE_ELEMENTS = 4096
+MAX_BLOCK_N = 1024
 
 # Backward tiles: each program loops over its row strip BLOCK_M rows at a time.
 REDUCE_CONFIGS = [
@@ -143,13 +144,49 @@ def _column_sum_kernel(partial_ptr, out_ptr, G, N, BLOCK_G: tl.constexpr, BLOCK_
     tl.store(out_ptr + cols, acc.to(out_ptr.dtype.element_ty), mask=col_mask)
 
 
-_fwd_tuned = triton.autotune(autotune_configs(POINTWISE_CONFIGS), key=["M", "N"])(_bias_relu_fwd_kernel)
-# In place, autotuning runs the kernel several times on the same buffer: restore it between trials (a clone
-# per trial, inside the timed call: the same cost for every config, so the ranking holds).
-_fwd_tuned_inplace = triton.autotune(
-    autotune_configs(POINTWISE_CONFIGS), key=["M", "N"], restore_value=["out_ptr"]
-)(_bias_relu_fwd_kernel)
 _bwd_tuned = triton.autotune(autotune_configs(REDUCE_CONFIGS), key=["M", "N"])(_bias_relu_bwd_kernel)
+
+
+# Host-side integer helpers. triton.cdiv / triton.next_power_of_2 work here too, but recent Triton wraps them
+# for use inside kernels and a host call then costs ~5 µs; a launcher makes several per call.
+def cdiv(a: int, b: int) -> int:
+    """⌈a / b⌉ for positive ints."""
+    return -(-a // b)
+
+
+def next_pow2(n: int) -> int:
+    """The smallest power of two ≥ n (1 for n ≤ 1)."""
+    return 1 << max(0, n - 1).bit_length()
+
+
+@functools.cache
+def _cuda_sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def sm_count(device: torch.device) -> int:
+    """Streaming multiprocessors on ``device``: how many programs run at once, at least. 1 under the
+    interpreter, which runs programs one after another (so there, fewer and larger programs are faster)."""
+    if device.type != "cuda":
+        return 1
+    return _cuda_sm_count(device.index if device.index is not None else torch.cuda.current_device())
+
+
+def pointwise_tile(M: int, N: int, num_sms: int) -> tuple[int, int]:
+    """(BLOCK_M, BLOCK_N) for an elementwise pass over ``[M, N]``; the kernels run it with 4 warps.
+
+    - ``BLOCK_N``: the row, up to 1024 columns (a power of two: ``tl.arange`` needs one), so each warp reads
+      long contiguous runs and every thread issues 16-byte loads;
+    - ``BLOCK_M``: enough rows for ≈ ``TILE_ELEMENTS`` per program (tall tiles when N is narrow, so few lanes
+      are masked), no more rows than M has;
+    - then halve ``BLOCK_M`` while there are fewer than 4 programs per SM: a small problem still spreads over
+      the whole GPU instead of leaving SMs idle.
+    """
+    block_n = min(next_pow2(N), MAX_BLOCK_N)
+    block_m = min(max(1, TILE_ELEMENTS // block_n), next_pow2(M))
+    while block_m > 1 and cdiv(M, block_m) * cdiv(N, block_n) < 4 * num_sms:
+        block_m //= 2
+    return block_m, block_n
 
 
 def check_device(fn: str, name: str, t: torch.Tensor, x: torch.Tensor) -> None:
@@ -195,14 +232,14 @@ def reduce_partials(partial: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     G, N = partial.shape
     out = torch.empty(N, device=partial.device, dtype=dtype)
     block_n = 256
-    _column_sum_kernel[(triton.cdiv(N, block_n),)](partial, out, G, N, BLOCK_G=32, BLOCK_N=block_n)
+    _column_sum_kernel[(cdiv(N, block_n),)](partial, out, G, N, BLOCK_G=32, BLOCK_N=block_n)
     return out
 
 
 def row_groups(M: int) -> tuple[int, int]:
     """(G, rows per group) for the backward: ≥ ROWS_PER_GROUP_MIN rows each, at most MAX_ROW_GROUPS groups."""
-    G = max(1, min(triton.cdiv(M, ROWS_PER_GROUP_MIN), MAX_ROW_GROUPS))
-    return G, triton.cdiv(M, G)
+    G = max(1, min(cdiv(M, ROWS_PER_GROUP_MIN), MAX_ROW_GROUPS))
+    return G, cdiv(M, G)
 
 
 def _check(x: torch.Tensor, bias: torch.Tensor, out: torch.Tensor | None) -> None:
@@ -233,9 +270,12 @@ def _forward(x: torch.Tensor, bias: torch.Tensor, out: torch.Tensor | None) -> t
     M, N = x2.shape
     if M == 0 or N == 0:
         return out
-    grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)
-    kernel = _fwd_tuned_inplace if inplace else _fwd_tuned
-    kernel[grid](x2, bias, o2, M, N, x2.stride(0), x2.stride(1), bias.stride(0), o2.stride(0), o2.stride(1))
+    # In place is safe with any tiling: each element is read, then written, by the same program.
+    block_m, block_n = pointwise_tile(M, N, sm_count(x.device))
+    _bias_relu_fwd_kernel[(cdiv(M, block_m) * cdiv(N, block_n),)](
+        x2, bias, o2, M, N, x2.stride(0), x2.stride(1), bias.stride(0), o2.stride(0), o2.stride(1),
+        BLOCK_M=block_m, BLOCK_N=block_n, num_warps=4,
+    )  # fmt: skip
     return out
 
 
@@ -249,7 +289,7 @@ def _backward(grad: torch.Tensor, out: torch.Tensor) -> tuple[torch.Tensor, torc
         return grad_x.view(out.shape), torch.zeros(N, device=out.device, dtype=out.dtype)
     G, rows_per_group = row_groups(M)
     partial = torch.empty((G, N), device=out.device, dtype=torch.float32)
-    grid = lambda meta: (triton.cdiv(N, meta["BLOCK_N"]), G)
+    grid = lambda meta: (cdiv(N, meta["BLOCK_N"]), G)
     _bwd_tuned[grid](
         g2, o2, grad_x, partial, M, N, rows_per_group,
         g2.stride(0), g2.stride(1), o2.stride(0), o2.stride(1), grad_x.stride(0), grad_x.stride(1),

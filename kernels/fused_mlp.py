@@ -28,49 +28,72 @@ The fix: each program owns a block of *rows* and the *full* hidden width on chip
 
 The limit: the accumulator is ``BLOCK_M × BLOCK_H`` fp32 in registers (``BLOCK_H`` = H rounded up to a power
 of two, at least 16, because ``tl.dot`` tiles are powers of two). We allow ``BLOCK_M · BLOCK_H ≤ 16384``
-values = 64 KB per program, a quarter of an H100 SM's 256 KB register file (64 registers per thread at 8
-warps, leaving room for the tiles in flight), and keep ``BLOCK_M ≥ 64`` (a full Hopper wgmma row block) at
-H = 256, so **H ≤ 256**. Compiled for sm_90 (triton 3.9, ``triton.compile`` needs no GPU) at H = 256,
-BLOCK_M = 64: bf16 takes 113–128 registers per thread at 8 warps (240 at 4) and 106–139 KB of shared memory
-for the pipelined K loop (wgmma); fp32 (FMA dots, no tensor cores) already takes 255 registers and
-147–213 KB of the 227 KB per block. Doubling H would double both: over budget. Above H = 256
-:func:`fused_mlp` raises; use two GEMMs (``reference.fused_mlp``) or a split-hidden kernel with a
-cross-program reduction.
+values (64 KB) for fp32 inputs and 32768 for 16-bit ones (whose K-loop tiles take half the shared memory),
+and want room for ``BLOCK_M ≥ 64`` (a full Hopper wgmma row block) at H = 256, so **H ≤ 256**. Compiled
+for sm_90 (triton 3.9, ``triton.compile`` needs no GPU) at H = 256, BLOCK_M = 64: bf16 takes 113–128
+registers per thread at 8 warps (240 at 4) and 106–139 KB of shared memory for the pipelined K loop
+(wgmma); fp32 (FMA dots, no tensor cores) already takes 255 registers and 147–213 KB of the 227 KB per
+block. Doubling H would double both: over budget. Above H = 256 :func:`fused_mlp` raises; use two GEMMs
+(``reference.fused_mlp``) or a split-hidden kernel with a cross-program reduction.
+
+Launch parameters come from a rule (:func:`launch_params`), read off a sweep of BLOCK_M × split × BLOCK_K ×
+warps × stages on an H100 (triton 3.6, 2026-11-22), not from the autotuner: the autotuner's dispatch is
+Python on every call, and this kernel is often so short that the host, not the GPU, sets its pace.
+
+What the measurements show (H100, torch 2.11, triton 3.6, 2026-11-22, ``benchmarks/bench_fused_mlp.py``:
+median *device* time; every provider under the same fp32 matmul precision):
+
+- DLRM top tail (K = 512, H = 256, N = 1), the case fusion is for (h, M × 256, is the largest tensor eager
+  moves): fused is fastest at every M in bf16, 12–51 µs against eager's 19–92 (0.48–0.66×), and in TF32,
+  16–113 µs against 21–167 (0.59–0.79×); torch.compile took 0.79–0.99× of eager's time there.
+- LoRA rank 16 (K = N = 4096, H = 16): about eager's speed (bf16 0.92–1.20×, TF32 0.89–1.60×, the slow end
+  at M ≤ 1024). There is nothing to save: h is M × 16, and both sides are bound by reading x and writing y
+  (M = 65536: bf16 406 µs, 88% of the copy ceiling; TF32 737 µs, 97%). At small M each program's 4096-long
+  K loop is latency; splitting the output tiles over programs took bf16 M = 256 from 92 µs to 21 µs, where
+  eager's three kernels take 18.
+- fp32 without TF32 (PyTorch's default precision, ``"highest"``): fused is 1.35–3.4× *slower* than eager.
+  Its dots are fp32 FMA on the CUDA cores, where this kernel reaches ≈ 18 TFLOP/s at M = 65536 against
+  cuBLAS SGEMM's ≈ 38 (DLRM tail: 970 against 456 µs). That is compute-bound, so the bytes fusion saves do
+  not help. Use bf16, or allow TF32 (``torch.set_float32_matmul_precision("high")``), which the kernel obeys.
+- Host time per call, measured separately on that machine's CPU (noisy): eager 45–100 µs (3–4 launches),
+  torch.compile 90–200 µs (guards and launches), fused 55–140 µs (argument checks and one launch). Up to
+  M ≈ 4096 that is longer than the device time for all three: a small-M MLP called from a Python loop is
+  launch-bound whichever is used (CUDA graphs or ``torch.compile(mode="reduce-overhead")`` fix that, a
+  faster kernel does not). A first benchmark run, timed with plain ``do_bench``, showed this kernel at
+  80–130 µs for small M: that was its host time (then with autotuner dispatch) leaking into the timing.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
-from kernels.bias_relu import check_device, check_dtype
-from kernels.runtime import autotune_configs, dot_upcast, interpreting
+from kernels.bias_relu import cdiv, check_device, check_dtype, next_pow2, sm_count
+from kernels.runtime import dot_upcast, interpreting
 
 MAX_HIDDEN = 256  # largest BLOCK_H: see the module docstring
-ACC_BUDGET = 16_384  # fp32 accumulator values per program: BLOCK_M · BLOCK_H
+SMEM_BUDGET = 192 * 1024  # bytes for the K loop's pipelined tiles (227 KB per block; the rest: W2 tiles, h)
 FINAL_ACTIVATIONS = ("sigmoid", "relu", "none")
-
-# BLOCK_M, BLOCK_H, BLOCK_N come from the shape (host side); these tune the K loop. The first is the only
-# one used under the CPU interpreter. All fit in 227 KB of shared memory at H = 256 in fp32 (4 stages do not).
-MLP_CONFIGS = [
-    triton.Config({"BLOCK_K": 32}, num_warps=4, num_stages=3),
-    triton.Config({"BLOCK_K": 32}, num_warps=8, num_stages=3),
-    triton.Config({"BLOCK_K": 64}, num_warps=4, num_stages=2),
-    triton.Config({"BLOCK_K": 64}, num_warps=8, num_stages=2),
-]
 
 
 @triton.jit
 def _fused_mlp_fwd_kernel(
-    x_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, out_ptr, M, K, H, N,
+    x_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, out_ptr, M, K, H, N, SPLIT,
     stride_xm, stride_xk, stride_w1h, stride_w1k, stride_b1, stride_w2n, stride_w2h, stride_b2,
     stride_om, stride_on,
     FINAL: tl.constexpr, DOT_UPCAST: tl.constexpr, INPUT_PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
+    # 1-D grid of SPLIT × row blocks. Program (m, s) computes h for row block m, then writes the output tiles
+    # s, s + SPLIT, … The split index varies fastest, so the SPLIT programs that share rows run together and
+    # all but the first find those rows of x in L2. (1-D: a grid's y axis stops at 65535 blocks.)
     pid = tl.program_id(0)
-    rows = (pid * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    pid_m = pid // SPLIT
+    pid_s = pid % SPLIT
+    rows = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
     row_mask = rows < M
     hid = tl.arange(0, BLOCK_H)
     hid_mask = hid < H
@@ -101,8 +124,8 @@ def _fused_mlp_fwd_kernel(
     if DOT_UPCAST:
         h = h.to(tl.float32)
 
-    # 3. y = act(h · W2ᵀ + b2), one output tile at a time; h stays on chip for all of them.
-    for n0 in range(0, N, BLOCK_N):
+    # 3. y = act(h · W2ᵀ + b2), one output tile at a time (every SPLIT-th); h stays on chip for all of them.
+    for n0 in range(pid_s * BLOCK_N, N, SPLIT * BLOCK_N):
         ns = n0 + tl.arange(0, BLOCK_N)
         n_mask = ns < N
         w2t = tl.load(
@@ -125,11 +148,58 @@ def _fused_mlp_fwd_kernel(
         )
 
 
-_fwd_tuned = triton.autotune(autotune_configs(MLP_CONFIGS), key=["M", "K", "H", "N"])(_fused_mlp_fwd_kernel)
-
-
 def _pow2_at_least_16(n: int) -> int:
-    return max(16, triton.next_power_of_2(n))
+    return max(16, next_pow2(n))
+
+
+@dataclass(frozen=True)
+class LaunchParams:
+    block_m: int  # rows per program
+    block_h: int  # the whole hidden width, padded to a power of two
+    block_n: int  # output columns per tile of the second GEMM
+    block_k: int  # K step of the first GEMM
+    split: int  # programs that share one row block, each taking every split-th output tile
+    num_warps: int
+    num_stages: int  # software-pipelining depth of the K loop
+
+
+def launch_params(M: int, K: int, H: int, N: int, dtype: torch.dtype, tensor_cores: bool, num_sms: int):
+    """Tiles, output split, warps and pipeline depth for ``[M, K] → H → N``: a rule, not autotuning.
+
+    ``tensor_cores``: the dots run on tensor cores (fp16/bf16, or fp32 as TF32); otherwise they are fp32 FMA
+    dots on the CUDA cores, where recomputing h costs real time. ``num_sms``: programs that fill the GPU.
+
+    - ``BLOCK_M``: as many rows as the fp32 accumulator budget allows (``BLOCK_M · BLOCK_H`` ≤ 32768 values
+      for 16-bit inputs, 16384 for fp32, whose tiles take twice the shared memory), at most 128. Tall blocks
+      re-read W1 (from L2) fewer times: at M = 65536, H = 256 in bf16, 128 rows ran in 51 µs, 64 in 62–66.
+    - Too few row blocks to fill the GPU (small M)? With tensor cores, split each row block's output tiles
+      over ``split`` programs, each recomputing h: the recompute re-reads x, mostly from L2, and is cheap
+      next to an idle GPU (LoRA shape, M = 256, bf16: 92 µs unsplit, 21 µs over 64 programs). With FMA
+      dots the recompute is not cheap (split made fp32 slower in every measured case): shrink BLOCK_M instead.
+    - Warps: the accumulator takes ``BLOCK_M · BLOCK_H / (32 · warps)`` registers per thread. Above 128 at
+      4 warps (tensor cores), or 64 (FMA dots, which also hold operand fragments in registers), use 8 warps.
+    - ``BLOCK_K`` and stages: tensor-core dots stage ``stages · (BLOCK_M + BLOCK_H) · BLOCK_K`` operand
+      elements in shared memory; take the longest K step that fits :data:`SMEM_BUDGET`. FMA dots: 64 and 3.
+    """
+    s = 2 if dtype in (torch.float16, torch.bfloat16) else 4
+    block_h = _pow2_at_least_16(H)
+    block_n = min(64, _pow2_at_least_16(N))
+    block_m = min((32_768 if s == 2 else 16_384) // block_h, 128, _pow2_at_least_16(M))
+    split = 1
+    if tensor_cores:
+        row_blocks = cdiv(M, block_m)
+        split = min(cdiv(N, block_n), max(1, cdiv(num_sms, row_blocks)))
+        num_warps = 8 if block_m * block_h > 128 * 128 else 4
+        for block_k, num_stages in ((128, 3), (64, 3), (32, 4), (32, 3), (16, 3)):
+            if num_stages * (block_m + block_h) * block_k * s <= SMEM_BUDGET:
+                break
+    else:
+        while block_m > 16 and cdiv(M, block_m) < num_sms:
+            block_m //= 2
+        num_warps = 8 if block_m * block_h > 64 * 128 else 4
+        block_k, num_stages = 64, 3
+    block_k = min(block_k, _pow2_at_least_16(K))  # no K step longer than K itself
+    return LaunchParams(block_m, block_h, block_n, block_k, split, num_warps, num_stages)
 
 
 def _check(x, w1, b1, w2, b2, final_activation: str) -> None:
@@ -156,7 +226,7 @@ def _check(x, w1, b1, w2, b2, final_activation: str) -> None:
     if H == 0 or _pow2_at_least_16(H) > MAX_HIDDEN:
         raise ValueError(
             f"fused_mlp: hidden width H={H} is outside 1..{MAX_HIDDEN}: each program keeps a "
-            f"BLOCK_M x H fp32 accumulator on chip (BLOCK_M x H <= {ACC_BUDGET} values, BLOCK_M >= 64), "
+            "BLOCK_M x H fp32 accumulator on chip (BLOCK_M x H <= 16384 values for fp32, BLOCK_M >= 64), "
             f"so H must be at most {MAX_HIDDEN}. Use two GEMMs (kernels.reference.fused_mlp) for wider "
             "layers."
         )
@@ -186,18 +256,19 @@ def fused_mlp(
     if M == 0 or N == 0:
         return out.view(*x.shape[:-1], N)
 
-    block_h = _pow2_at_least_16(H)
-    block_m = min(ACC_BUDGET // block_h, 128, _pow2_at_least_16(M))  # no wasted rows when M is small
-    block_n = min(64, _pow2_at_least_16(N))
     # fp32 dots: TF32 only where torch's own matmuls would use it ("high"/"medium"; default "highest").
     use_tf32 = (
         x.dtype == torch.float32 and not interpreting() and torch.get_float32_matmul_precision() != "highest"
     )
-    _fwd_tuned[(triton.cdiv(M, block_m),)](
-        x2, w1, b1, w2, b2, out, M, K, H, N,
+    tensor_cores = x.dtype != torch.float32 or use_tf32
+    p = launch_params(M, K, H, N, x.dtype, tensor_cores, sm_count(x.device))
+    _fused_mlp_fwd_kernel[(p.split * cdiv(M, p.block_m),)](
+        x2, w1, b1, w2, b2, out, M, K, H, N, p.split,
         x2.stride(0), x2.stride(1), w1.stride(0), w1.stride(1), b1.stride(0), w2.stride(0), w2.stride(1),
         b2.stride(0), out.stride(0), out.stride(1),
         FINAL=final_activation, DOT_UPCAST=dot_upcast(x.dtype),
-        INPUT_PRECISION="tf32" if use_tf32 else "ieee", BLOCK_M=block_m, BLOCK_H=block_h, BLOCK_N=block_n,
+        INPUT_PRECISION="tf32" if use_tf32 else "ieee",
+        BLOCK_M=p.block_m, BLOCK_H=p.block_h, BLOCK_N=p.block_n, BLOCK_K=p.block_k,
+        num_warps=p.num_warps, num_stages=p.num_stages,
     )  # fmt: skip
     return out.view(*x.shape[:-1], N)

@@ -38,6 +38,19 @@ def _reference_fp32(x, bias, y, alpha, activation):
     return reference.add_mul_act(x.float(), bias.float(), y.float(), alpha, activation).to(x.dtype)
 
 
+def _relu_kink(x, bias, y, alpha):
+    """Where ``z = x + bias + alpha·y`` is within a few fp32 ulps (of the terms' size) of 0.
+
+    There the sign of z depends on rounding: the GPU kernel contracts ``+ alpha·y`` into one FMA (alpha·y not
+    rounded), the reference rounds alpha·y first. E.g. alpha = 0.7 (fp32 0.69999999) and y = -5 give
+    alpha·y = -3.49999994, which rounds to -3.5: with x + bias = 3.5 the reference sees z = 0, the FMA
+    z = +6e-8, and relu'(z) is 0 on one side and 1 on the other (in bf16, ~3 in 100,000 elements).
+    """
+    xf, bf, ay = x.float(), bias.float(), alpha * y.float()
+    z = xf + bf + ay  # the fp32 reference's z
+    return z.abs() <= 4 * torch.finfo(torch.float32).eps * (xf.abs() + bf.abs() + ay.abs())
+
+
 def _check(x, bias, y, alpha, activation, atol, rtol):
     """Output and all three gradients vs the reference, on a fresh random upstream gradient."""
     mine = [t.detach().clone().requires_grad_() for t in (x, bias, y)]
@@ -46,6 +59,12 @@ def _check(x, bias, y, alpha, activation, atol, rtol):
     expected = _reference_fp32(*ref[:2], ref[2], alpha, activation)
     torch.testing.assert_close(out, expected, atol=atol, rtol=rtol)
     grad = torch.randn_like(expected)
+    if activation == "relu":  # the only activation whose derivative jumps: 1 ulp of z can flip relu'(z)
+        kink = _relu_kink(x, bias, y, alpha)
+        assert kink.sum() <= max(2, kink.numel() // 1000), "the excluded set must stay a handful of elements"
+        # Both relu'(z) = 0 and 1 are right there, so a zero upstream gradient removes exactly those elements
+        # from grad_x, grad_y and grad_bias alike; every other element is compared at full tolerance.
+        grad = grad.masked_fill(kink, 0.0)
     got = torch.autograd.grad(out, mine, grad)
     want = torch.autograd.grad(expected, ref, grad)
     for name, g, w in zip(("grad_x", "grad_bias", "grad_y"), got, want, strict=True):

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+import triton
 
+import kernels.fused_mlp as fused_mlp_module
 from kernels import reference, runtime
-from kernels.fused_mlp import MAX_HIDDEN, fused_mlp
+from kernels.fused_mlp import MAX_HIDDEN, SMEM_BUDGET, fused_mlp, launch_params
 
 # (dtype, atol, rtol). Both sides accumulate the dots in fp32 and round h to the dtype before the second
 # Linear; they differ in summation order, so a few elements of h round the other way.
@@ -65,6 +67,35 @@ def test_matches_reference(final, shape, dtype, atol, rtol, seed, poison_empty):
 @pytest.mark.parametrize("dtype, atol, rtol", DTYPES[:2])
 def test_hidden_width_at_the_limit_works(H, dtype, atol, rtol, seed, poison_empty):
     _check(_params(70, 40, H, 3, dtype), "sigmoid", atol, rtol)
+
+
+@pytest.mark.parametrize("dtype, atol, rtol", DTYPES[1:])  # tensor-core dtypes: only they split
+def test_output_tiles_split_over_programs(dtype, atol, rtol, seed, poison_empty, monkeypatch):
+    # As on a GPU with 64 SMs: the single row block (M = 20) shares its 3 output tiles (N = 150, BLOCK_N = 64)
+    # among 3 programs, each recomputing h and writing every third tile.
+    monkeypatch.setattr(fused_mlp_module, "sm_count", lambda device: 64)
+    assert launch_params(20, 16, 32, 150, dtype, True, 64).split == 3
+    _check(_params(20, 16, 32, 150, dtype), "sigmoid", atol, rtol)
+
+
+@pytest.mark.parametrize(
+    "dtype, tensor_cores",
+    [(torch.bfloat16, True), (torch.float32, True), (torch.float32, False)],
+    ids=["bf16", "tf32", "fp32-fma"],
+)
+def test_launch_params_fill_the_gpu_and_fit_on_chip(dtype, tensor_cores):
+    s = 2 if dtype == torch.bfloat16 else 4
+    for M in (1, 37, 256, 4096, 65536):
+        for K, H, N in ((512, 256, 1), (4096, 16, 4096), (45, 20, 3)):
+            p = launch_params(M, K, H, N, dtype, tensor_cores, num_sms=132)
+            row_blocks, n_tiles = triton.cdiv(M, p.block_m), triton.cdiv(N, p.block_n)
+            assert p.block_h >= H and p.block_m * p.block_h <= (32768 if s == 2 else 16384)
+            assert 1 <= p.split <= n_tiles
+            if tensor_cores:  # enough programs for 132 SMs where there is enough work; pipeline fits
+                assert p.split * row_blocks >= min(132, row_blocks * n_tiles)
+                assert p.num_stages * (p.block_m + p.block_h) * p.block_k * s <= SMEM_BUDGET
+            else:  # FMA dots never recompute h
+                assert p.split == 1
 
 
 @pytest.mark.parametrize("H", [MAX_HIDDEN + 1, 1024])
@@ -143,3 +174,22 @@ def test_rejects_bad_input():
 def test_large_shapes_bf16_on_gpu(shape, seed):
     with torch.no_grad():
         _check(_params(*shape, torch.bfloat16, device="cuda"), "none", 3e-2, 3e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "shape",
+    [*SHAPES, pytest.param((8192, 512, 256, 1), id="dlrm"), pytest.param((4096, 1024, 16, 1024), id="lora")],
+)
+def test_tf32_where_torch_allows_it_on_gpu(shape, seed, poison_empty):
+    # At precision "high" the kernel's dots use TF32 (10-bit mantissa, ~5e-4 per product), as torch's do;
+    # compared with the exact fp32 reference, so 1e-2 covers the rounding of sums over K ≤ 1024.
+    params = _params(*shape, torch.float32, device="cuda")
+    expected = reference.fused_mlp(*params, final_activation="none")
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")
+    try:
+        out = fused_mlp(*params, final_activation="none")
+    finally:
+        torch.set_float32_matmul_precision(before)
+    torch.testing.assert_close(out, expected, atol=1e-2, rtol=1e-2)
