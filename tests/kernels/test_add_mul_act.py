@@ -139,23 +139,24 @@ def test_only_some_inputs_need_grad(seed):
 
 
 def test_rejects_bad_input():
-    x, bias, y = torch.randn(4, 8), torch.randn(8), torch.randn(4, 8)
-    with pytest.raises(ValueError, match="activation 'tanh' is not one of"):
-        add_mul_act(x, bias, y, 1.0, "tanh")
-    with pytest.raises(TypeError, match="alpha must be a Python float"):
-        add_mul_act(x, bias, y, torch.tensor(1.0), "relu")
-    with pytest.raises(ValueError, match="y has shape"):
-        add_mul_act(x, bias, torch.randn(4, 9), 1.0, "relu")
-    with pytest.raises(ValueError, match="bias must have shape"):
-        add_mul_act(x, torch.randn(9), y, 1.0, "relu")
-    with pytest.raises(TypeError, match="y has dtype torch.float16 but x has torch.float32"):
-        add_mul_act(x, bias, y.half(), 1.0, "relu")
-    with pytest.raises(TypeError, match="x has dtype torch.float64, not supported"):
-        add_mul_act(x.double(), bias.double(), y.double(), 1.0, "relu")
-    with pytest.raises(TypeError, match="x has dtype torch.int32, not supported"):
-        add_mul_act(x.int(), bias.int(), y.int(), 1.0, "relu")
-    with pytest.raises(ValueError, match="y is on meta but x is on cpu"):
-        add_mul_act(x, bias, torch.randn(4, 8, device="meta"), 1.0, "relu")
+    with torch.device(runtime.default_device()):  # CPU tensors under the interpreter, CUDA on a GPU
+        x, bias, y = torch.randn(4, 8), torch.randn(8), torch.randn(4, 8)
+        with pytest.raises(ValueError, match="activation 'tanh' is not one of"):
+            add_mul_act(x, bias, y, 1.0, "tanh")
+        with pytest.raises(TypeError, match="alpha must be a Python float"):
+            add_mul_act(x, bias, y, torch.tensor(1.0), "relu")
+        with pytest.raises(ValueError, match="y has shape"):
+            add_mul_act(x, bias, torch.randn(4, 9), 1.0, "relu")
+        with pytest.raises(ValueError, match="bias must have shape"):
+            add_mul_act(x, torch.randn(9), y, 1.0, "relu")
+        with pytest.raises(TypeError, match="y has dtype torch.float16 but x has torch.float32"):
+            add_mul_act(x, bias, y.half(), 1.0, "relu")
+        with pytest.raises(TypeError, match="x has dtype torch.float64, not supported"):
+            add_mul_act(x.double(), bias.double(), y.double(), 1.0, "relu")
+        with pytest.raises(TypeError, match="x has dtype torch.int32, not supported"):
+            add_mul_act(x.int(), bias.int(), y.int(), 1.0, "relu")
+        with pytest.raises(ValueError, match="y is on meta but x is on"):
+            add_mul_act(x, bias, torch.randn(4, 8, device="meta"), 1.0, "relu")
 
 
 @pytest.mark.gpu

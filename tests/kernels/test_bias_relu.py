@@ -133,27 +133,28 @@ def test_empty_input():
 
 
 def test_rejects_bad_input():
-    x = torch.randn(4, 8)
-    with pytest.raises(ValueError, match="bias must have shape"):
-        bias_relu(x, torch.randn(7))
-    with pytest.raises(ValueError, match="bias must have shape"):
-        bias_relu(x, torch.randn(1, 8))
-    with pytest.raises(TypeError, match="bias has dtype torch.float16 but x has torch.float32"):
-        bias_relu(x, torch.randn(8, dtype=torch.float16))
-    with pytest.raises(TypeError, match="x has dtype torch.float64, not supported"):
-        bias_relu(x.double(), torch.randn(8).double())
-    with pytest.raises(TypeError, match="x has dtype torch.int32, not supported"):
-        bias_relu(x.int(), torch.randn(8).int())
-    with pytest.raises(ValueError, match="out has shape"):
-        bias_relu(x, torch.randn(8), out=torch.empty(4, 9))
-    with pytest.raises(ValueError, match="not both"):
-        bias_relu(x, torch.randn(8), out=torch.empty(4, 8), inplace=True)
-    with pytest.raises(RuntimeError, match="out= does not support autograd"):
-        bias_relu(x.requires_grad_(), torch.randn(8), out=torch.empty(4, 8))
-    with pytest.raises(ValueError, match="bias is on meta but x is on cpu"):
-        bias_relu(torch.randn(4, 8), torch.randn(8, device="meta"))
-    with pytest.raises(ValueError, match="cannot be flattened"):
-        bias_relu(torch.randn(3, 4, 8).transpose(0, 1), torch.randn(8), inplace=True)
+    with torch.device(runtime.default_device()):  # CPU tensors under the interpreter, CUDA on a GPU
+        x = torch.randn(4, 8)
+        with pytest.raises(ValueError, match="bias must have shape"):
+            bias_relu(x, torch.randn(7))
+        with pytest.raises(ValueError, match="bias must have shape"):
+            bias_relu(x, torch.randn(1, 8))
+        with pytest.raises(TypeError, match="bias has dtype torch.float16 but x has torch.float32"):
+            bias_relu(x, torch.randn(8, dtype=torch.float16))
+        with pytest.raises(TypeError, match="x has dtype torch.float64, not supported"):
+            bias_relu(x.double(), torch.randn(8).double())
+        with pytest.raises(TypeError, match="x has dtype torch.int32, not supported"):
+            bias_relu(x.int(), torch.randn(8).int())
+        with pytest.raises(ValueError, match="out has shape"):
+            bias_relu(x, torch.randn(8), out=torch.empty(4, 9))
+        with pytest.raises(ValueError, match="not both"):
+            bias_relu(x, torch.randn(8), out=torch.empty(4, 8), inplace=True)
+        with pytest.raises(RuntimeError, match="out= does not support autograd"):
+            bias_relu(x.requires_grad_(), torch.randn(8), out=torch.empty(4, 8))
+        with pytest.raises(ValueError, match="bias is on meta but x is on"):
+            bias_relu(torch.randn(4, 8), torch.randn(8, device="meta"))
+        with pytest.raises(ValueError, match="cannot be flattened"):
+            bias_relu(torch.randn(3, 4, 8).transpose(0, 1), torch.randn(8), inplace=True)
 
 
 @pytest.mark.gpu

@@ -142,25 +142,26 @@ def test_works_with_linear_layers_under_no_grad(seed):
 
 
 def test_rejects_bad_input():
-    x, w1, b1, w2, b2 = _params(4, 8, 16, 2, torch.float32, device="cpu")
-    with pytest.raises(ValueError, match="w1 must be"):
-        fused_mlp(x, w1[:, :7], b1, w2, b2)
-    with pytest.raises(ValueError, match="b1 must have shape"):
-        fused_mlp(x, w1, b1[:15], w2, b2)
-    with pytest.raises(ValueError, match="w2 must be"):
-        fused_mlp(x, w1, b1, w2[:, :15], b2)
-    with pytest.raises(ValueError, match="b2 must have shape"):
-        fused_mlp(x, w1, b1, w2, b2[:1])
-    with pytest.raises(ValueError, match="final_activation 'tanh'"):
-        fused_mlp(x, w1, b1, w2, b2, final_activation="tanh")
-    with pytest.raises(TypeError, match="w1 has dtype torch.float16 but x has torch.float32"):
-        fused_mlp(x, w1.half(), b1, w2, b2)
-    with pytest.raises(TypeError, match="x has dtype torch.float64, not supported"):
-        fused_mlp(*(t.double() for t in (x, w1, b1, w2, b2)))
-    with pytest.raises(TypeError, match="x has dtype torch.int32, not supported"):
-        fused_mlp(*(t.int() for t in (x, w1, b1, w2, b2)))
-    with pytest.raises(ValueError, match="w2 is on meta but x is on cpu"):
-        fused_mlp(x, w1, b1, w2.to("meta"), b2)
+    with torch.device(runtime.default_device()):  # CPU tensors under the interpreter, CUDA on a GPU
+        x, w1, b1, w2, b2 = _params(4, 8, 16, 2, torch.float32, device=runtime.default_device())
+        with pytest.raises(ValueError, match="w1 must be"):
+            fused_mlp(x, w1[:, :7], b1, w2, b2)
+        with pytest.raises(ValueError, match="b1 must have shape"):
+            fused_mlp(x, w1, b1[:15], w2, b2)
+        with pytest.raises(ValueError, match="w2 must be"):
+            fused_mlp(x, w1, b1, w2[:, :15], b2)
+        with pytest.raises(ValueError, match="b2 must have shape"):
+            fused_mlp(x, w1, b1, w2, b2[:1])
+        with pytest.raises(ValueError, match="final_activation 'tanh'"):
+            fused_mlp(x, w1, b1, w2, b2, final_activation="tanh")
+        with pytest.raises(TypeError, match="w1 has dtype torch.float16 but x has torch.float32"):
+            fused_mlp(x, w1.half(), b1, w2, b2)
+        with pytest.raises(TypeError, match="x has dtype torch.float64, not supported"):
+            fused_mlp(*(t.double() for t in (x, w1, b1, w2, b2)))
+        with pytest.raises(TypeError, match="x has dtype torch.int32, not supported"):
+            fused_mlp(*(t.int() for t in (x, w1, b1, w2, b2)))
+        with pytest.raises(ValueError, match="w2 is on meta but x is on"):
+            fused_mlp(x, w1, b1, w2.to("meta"), b2)
 
 
 @pytest.mark.gpu
