@@ -7,9 +7,8 @@ import sys
 from pathlib import Path
 
 import torch
-import triton
 
-from kernels import runtime
+from kernels import runtime  # first: it sets TRITON_INTERPRET before triton is imported on a CPU
 
 REPO_ROOT = Path(__file__).resolve().parents[1]  # notebooks run in notebooks/; paths start here instead
 
@@ -21,6 +20,8 @@ def device() -> torch.device:
 
 def describe() -> dict[str, str]:
     """Device name, torch/triton/python versions and the kernels' runtime mode."""
+    import triton  # only now: ``kernels`` (imported above) has decided the runtime mode
+
     if runtime.has_gpu():
         name = torch.cuda.get_device_name()
     else:
