@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import torch
 
 from kernels.reference import bias_relu
+from kernels.runtime import interpreting
 from lecture_code.compile_kernels import Kernel
 from lecture_code.inspect_compile import capture_compiled_code
 
@@ -41,10 +42,17 @@ _NUMEL = re.compile(r"^\s*(\w*numel) = (\d+)\s*$", re.M)
 # `x0 = (xindex % 130)` or `x1 = xindex // 130`: an index split by a literal row length.
 _INDEX = re.compile(r"^\s*(\w+) = \(?(\w+) (%|//) (\d+)\)?\s*$", re.M)
 
-# The generated text calls inductor's helpers (``triton_helpers.maximum``). Those are defined afresh here,
-# in the file the kernel runs from, so they are jitted in the same mode as the kernel (under the interpreter
-# on a CPU, where inductor's own module may have been jitted for the GPU path and cannot be called).
-_RUNNABLE_HEADER = """import triton
+# The generated text calls inductor's helpers (``triton_helpers.maximum``). On a GPU the file imports them
+# from inductor, as the generated module itself does. Under the interpreter they are defined afresh here, in
+# the file the kernel runs from, so they are jitted in the same mode as the kernel (inductor's own module may
+# have been jitted for the GPU path and cannot be called there).
+_GPU_HEADER = """import triton
+import triton.language as tl
+from torch._inductor.runtime import triton_helpers
+
+
+"""
+_INTERPRETER_HEADER = """import triton
 import triton.language as tl
 
 
@@ -107,7 +115,7 @@ class V0:
         if self._jit is None:
             path = os.path.join(tempfile.mkdtemp(prefix="bias_relu_v0_"), "v0_kernel.py")
             with open(path, "w") as f:
-                f.write(_RUNNABLE_HEADER + self.source)
+                f.write((_INTERPRETER_HEADER if interpreting() else _GPU_HEADER) + self.source)
             spec = importlib.util.spec_from_file_location("bias_relu_v0_kernel", path)
             module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
