@@ -25,6 +25,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -48,12 +49,17 @@ TRACE_COLUMNS = ["name", "cat", "ts", "dur", "pid", "tid", "stream", "correlatio
 # --- op tables from the profiler object --------------------------------------------------------------------
 
 
+_PYTHON_FRAME = re.compile(r"\.py\(\d+\): ")  # "file.py(123): function", a with_stack frame row
+
+
 def top_ops(prof: profile, n: int = 10, by: str = "self_cpu_time_total") -> pd.DataFrame:
     """The ``n`` ops with the most self time, from ``prof.key_averages()``.
 
     ``by`` is ``"self_cpu_time_total"`` (host time) or ``"self_device_time_total"`` (GPU time; all zero on a
     CPU-only run). Columns: ``name, calls, self_us, total_us, share_pct`` where ``total_us`` includes callees
-    and ``share_pct`` is this op's self time over the sum of all ops' self time.
+    and ``share_pct`` is this op's self time over the sum of all ops' self time. Python frames that
+    ``with_stack=True`` records as rows of their own (``threading.py(331): wait`` from a background thread,
+    ``module.py(12): forward``) are left out: they are not ops, and an idle thread's wait can top the list.
     """
     if by not in ("self_cpu_time_total", "self_device_time_total"):
         raise ValueError(f"by must be self_cpu_time_total or self_device_time_total, got {by!r}")
@@ -66,6 +72,7 @@ def top_ops(prof: profile, n: int = 10, by: str = "self_cpu_time_total") -> pd.D
             "total_us": getattr(avg, total_attr),
         }
         for avg in prof.key_averages()
+        if not _PYTHON_FRAME.search(avg.key)
     ]
     df = pd.DataFrame(rows, columns=["name", "calls", "self_us", "total_us"])
     all_self = df["self_us"].sum()
