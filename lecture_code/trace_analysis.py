@@ -19,7 +19,7 @@
    ============================  ================================================================
 
    From that table: :func:`gpu_idle_fraction` (how much of the profiled window no GPU work ran) and
-   :func:`host_syncs` (where the host waited for the GPU).
+   :func:`host_syncs` (where the host waited for the GPU, and which op made it wait).
 """
 
 from __future__ import annotations
@@ -33,15 +33,12 @@ from torch.profiler import profile
 
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 
-# Calls on the host that block until the GPU has caught up. ``aten::item`` (``tensor.item()``, ``float(t)``,
-# ``if t:``) calls ``aten::_local_scalar_dense``, which on a GPU tensor copies device -> host and waits.
-SYNC_NAMES = (
-    "cudaStreamSynchronize",
-    "cudaDeviceSynchronize",
-    "cudaEventSynchronize",
-    "aten::item",
-    "aten::_local_scalar_dense",
-)
+# CUDA runtime calls with which the host waits for the GPU. ``tensor.item()`` on a GPU tensor (also
+# ``float(t)``, ``if t:``, ``t.tolist()``, ``t.cpu()``) copies device -> host and then waits for that copy,
+# i.e. for every kernel queued before it: a ``cudaMemcpyAsync`` whose GPU side is a DtoH memcpy, followed by
+# one of these. On a CPU tensor ``aten::item`` is a plain read and waits for nothing (Adam's ``step``
+# counters live on the CPU for this reason), so ``aten::item`` alone does not mean a sync.
+SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
 
 TRACE_COLUMNS = ["name", "cat", "ts", "dur", "pid", "tid", "stream", "correlation"]
 
@@ -151,19 +148,31 @@ def gpu_idle_fraction(events: pd.DataFrame) -> float | None:
 
 
 def host_syncs(events: pd.DataFrame) -> pd.DataFrame:
-    """Host calls that wait for the GPU, grouped by name: ``calls`` and ``total_us`` (index: name).
+    """Where the host waited for the GPU: a row per (``caused_by``, ``call``) with ``calls`` and ``total_us``.
 
-    Counts the explicit synchronizations and ``aten::item`` / ``aten::_local_scalar_dense`` from
-    :data:`SYNC_NAMES`, and ``cudaMemcpy*`` runtime calls whose GPU copy went device -> host (found through
-    ``correlation``). The rows nest (``aten::item`` contains ``_local_scalar_dense``, which on a GPU contains
-    the memcpy and the stream sync), so read them side by side rather than summing them. On a CPU-only run
-    ``aten::item`` still shows up: it is where a GPU run would stall.
+    A wait is a :data:`SYNC_CALLS` runtime call, or a ``cudaMemcpy*`` runtime call whose GPU copy went
+    device -> host (matched through ``correlation``). ``caused_by`` is the outermost ATen op around it on the
+    same host thread (``aten::item`` for ``loss.item()``, ``aten::to`` for ``.cpu()``, ``aten::nonzero`` for
+    a data-dependent shape), or ``"(no op)"`` for a direct call such as ``torch.cuda.synchronize()``.
+    ``total_us`` is host time spent in the call: the time the host sat idle while the GPU caught up.
+    Empty on a CPU-only trace: there is no device to wait for.
     """
     dtoh = events[(events["cat"] == "gpu_memcpy") & events["name"].str.contains("DtoH")]
-    is_sync = events["name"].isin(SYNC_NAMES)
+    is_runtime = events["cat"] == "cuda_runtime"
     is_dtoh_copy = events["name"].str.startswith("cudaMemcpy") & events["correlation"].isin(
         dtoh["correlation"].dropna()
     )
-    syncs = events[(is_sync | is_dtoh_copy) & ~events["cat"].isin(GPU_CATEGORIES)]
-    table = syncs.groupby("name").agg(calls=("dur", "size"), total_us=("dur", "sum"))
+    waits = events[is_runtime & (events["name"].isin(SYNC_CALLS) | is_dtoh_copy)]
+    ops = events[events["cat"] == "cpu_op"]
+    callers = [_outermost_op(ops, w.tid, w.ts, w.ts + w.dur) for w in waits.itertuples()]
+    table = (
+        waits.assign(caused_by=callers, call=waits["name"])
+        .groupby(["caused_by", "call"])
+        .agg(calls=("dur", "size"), total_us=("dur", "sum"))
+    )
     return table.sort_values("total_us", ascending=False)
+
+
+def _outermost_op(ops: pd.DataFrame, tid, start: float, end: float) -> str:
+    around = ops[(ops["tid"] == tid) & (ops["ts"] <= start) & (ops["ts"] + ops["dur"] >= end)]
+    return str(around["name"].iloc[0]) if len(around) else "(no op)"  # ops are sorted by start time

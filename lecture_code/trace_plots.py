@@ -41,7 +41,8 @@ def timeline_lanes(events: pd.DataFrame) -> tuple[dict[str, pd.DataFrame], str]:
     return {f"thread {tid}": top_level(g) for tid, g in ops.groupby("tid")}, "host thread"
 
 
-def _save(fig: plt.Figure, png_path: str | Path) -> Path:
+def save_figure(fig: plt.Figure, png_path: str | Path) -> Path:
+    """Lay out ``fig``, write it to ``png_path`` (making its folder), close it; return the path."""
     png_path = Path(png_path)
     png_path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
@@ -77,7 +78,7 @@ def plot_timeline(events: pd.DataFrame, png_path: str | Path, title: str) -> Pat
     ax.set_title(f"{title} — one lane per {kind}")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in colours.values()]
     ax.legend(handles, list(colours), loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8, frameon=False)
-    return _save(fig, png_path)
+    return save_figure(fig, png_path)
 
 
 def plot_op_breakdown(df: pd.DataFrame, png_path: str | Path, title: str) -> Path:
@@ -92,4 +93,4 @@ def plot_op_breakdown(df: pd.DataFrame, png_path: str | Path, title: str) -> Pat
     ax.set_xlim(0, max(df["share_pct"].max(), 1.0) * 1.25)
     ax.set_xlabel("share of self time (%)")
     ax.set_title(title)
-    return _save(fig, png_path)
+    return save_figure(fig, png_path)

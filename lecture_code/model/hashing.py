@@ -39,6 +39,7 @@ __all__ = [
     "ModulusHash",
     "VocabularyHash",
     "binary_search_lower_bound",
+    "index_hash_rows",
     "make_hash",
 ]
 
@@ -86,6 +87,16 @@ def binary_search_lower_bound(sorted_values: torch.Tensor, values: torch.Tensor)
     return pos
 
 
+def index_hash_rows(ids: torch.Tensor, vocabulary: torch.Tensor) -> torch.Tensor:
+    """:class:`IndexHash`'s lookup: ids ``[B]`` → rows ``[B]`` through a ``[B, V]`` comparison matrix."""
+    if vocabulary.shape[0] == 0:  # fixed by the vocabulary, not by the data: every id is unseen
+        return torch.zeros_like(ids)
+    matches = ids.unsqueeze(-1) == vocabulary  # [B, V] bool: the O(B·V) part
+    found = matches.any(dim=-1)  # [B]
+    first = matches.to(torch.uint8).argmax(dim=-1)  # [B]; 0 for all-False rows: the original's bug
+    return torch.where(found, first + 1, torch.zeros_like(first))
+
+
 class IndexHash(nn.Module):
     """The original lecture's lookup, kept as the anti-pattern to measure: O(B·V) time *and* memory.
 
@@ -105,12 +116,7 @@ class IndexHash(nn.Module):
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """ids int64 ``[B]`` → rows int64 ``[B]`` in ``[0, V]``."""
-        if self.vocabulary.shape[0] == 0:  # fixed by the vocabulary, not by the data: every id is unseen
-            return torch.zeros_like(ids)
-        matches = ids.unsqueeze(-1) == self.vocabulary  # [B, V] bool: the O(B·V) part
-        found = matches.any(dim=-1)  # [B]
-        first = matches.to(torch.uint8).argmax(dim=-1)  # [B]; 0 for all-False rows: the original's bug
-        return torch.where(found, first + 1, torch.zeros_like(first))
+        return index_hash_rows(ids, self.vocabulary)
 
     def extra_repr(self) -> str:
         return f"vocabulary_size={self.vocabulary.numel()}, num_embeddings={self.num_embeddings}"

@@ -1,0 +1,62 @@
+"""The DLRM training workload every experiment times: data, a model per variant, a train step.
+
+``load_workload`` reads a preprocessed Criteo folder (default: the embedded synthetic data), takes the first
+``num_batches`` batches of a seeded shuffle and puts them on the device once, so no experiment measures
+host → device copies of data it did not ask about. ``make_model`` builds a fresh, identically initialised
+DLRM per variant; ``make_step`` is the training loop's own step (:func:`lecture_code.train.make_train_step`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+
+import torch
+
+from lecture_code import data as criteo
+from lecture_code.environment import device as default_device
+from lecture_code.model import DLRM
+from lecture_code.train import make_train_step
+
+__all__ = ["Workload", "load_workload", "make_model", "make_step"]
+
+
+@dataclass
+class Workload:
+    metadata: object  # lecture_code.data metadata: table sizes and vocabularies
+    batches: list  # criteo Batch tuples, already on ``device``
+    device: torch.device
+    preset: str
+    batch_size: int
+
+    def describe(self) -> dict:
+        return {"preset": self.preset, "batch_size": self.batch_size, "device_type": self.device.type}
+
+
+def load_workload(
+    data_dir: str | Path | None = None,
+    preset: str = "small",
+    batch_size: int = 512,
+    num_batches: int = 8,
+    device: torch.device | str | None = None,
+    seed: int = 0,
+) -> Workload:
+    data_dir = Path(data_dir) if data_dir else criteo.ensure_default_data()
+    device = torch.device(device) if device else default_device()
+    tensors = criteo.load_tensors(data_dir)
+    if criteo.num_batches(len(tensors), batch_size) < 1:
+        raise ValueError(f"batch size {batch_size} is larger than the {len(tensors)} rows in {data_dir}")
+    batches = [b.to(device) for b in islice(criteo.iter_batches(tensors, batch_size, seed=seed), num_batches)]
+    return Workload(criteo.load_metadata(data_dir), batches, device, preset, batch_size)
+
+
+def make_model(workload: Workload, hashing: str = "vocabulary", seed: int = 0) -> DLRM:
+    torch.manual_seed(seed)
+    model = DLRM.from_metadata(workload.metadata, preset=workload.preset, hashing=hashing)
+    return model.to(workload.device)
+
+
+def make_step(model: torch.nn.Module, compile_model: bool = False, lr: float = 1e-3):
+    """``step(batch) -> loss``: zero grads, forward + BCE loss, backward, Adam step (the training loop's)."""
+    return make_train_step(model, torch.optim.Adam(model.parameters(), lr=lr), compile_model)
