@@ -46,7 +46,8 @@ TRACE_COLUMNS = ["name", "cat", "ts", "dur", "pid", "tid", "stream", "correlatio
 # --- op tables from the profiler object --------------------------------------------------------------------
 
 
-_PYTHON_FRAME = re.compile(r"\.py\(\d+\): ")  # "file.py(123): function", a with_stack frame row
+_PYTHON_FRAME = re.compile(r"\.py\(\d+\): |^<built-in")  # with_stack rows: "file.py(12): f", "<built-in …>"
+_ANNOTATION = re.compile(r"^ProfilerStep|#")  # record_function ranges, e.g. "Optimizer.step#Adam.step"
 
 
 def top_ops(prof: profile, n: int = 10, by: str = "self_cpu_time_total") -> pd.DataFrame:
@@ -57,6 +58,7 @@ def top_ops(prof: profile, n: int = 10, by: str = "self_cpu_time_total") -> pd.D
     and ``share_pct`` is this op's self time over the sum of all ops' self time. Python frames that
     ``with_stack=True`` records as rows of their own (``threading.py(331): wait`` from a background thread,
     ``module.py(12): forward``) are left out: they are not ops, and an idle thread's wait can top the list.
+    So are ``record_function`` ranges (``ProfilerStep*``, ``Optimizer.step#Adam.step``): they contain ops.
     """
     if by not in ("self_cpu_time_total", "self_device_time_total"):
         raise ValueError(f"by must be self_cpu_time_total or self_device_time_total, got {by!r}")
@@ -69,7 +71,7 @@ def top_ops(prof: profile, n: int = 10, by: str = "self_cpu_time_total") -> pd.D
             "total_us": getattr(avg, total_attr),
         }
         for avg in prof.key_averages()
-        if not _PYTHON_FRAME.search(avg.key)
+        if not _PYTHON_FRAME.search(avg.key) and not _ANNOTATION.search(avg.key)
     ]
     df = pd.DataFrame(rows, columns=["name", "calls", "self_us", "total_us"])
     all_self = df["self_us"].sum()
@@ -113,11 +115,47 @@ def gpu_events(events: pd.DataFrame) -> pd.DataFrame:
     return events[events["cat"].isin(GPU_CATEGORIES)]
 
 
+def top_kernels(events: pd.DataFrame, n: int = 10) -> pd.DataFrame:
+    """The ``n`` GPU kernels (and copies) with the most GPU time, from the trace: same columns as
+    :func:`top_ops` (``total_us == self_us``: a kernel calls nothing), ``share_pct`` of all GPU time.
+
+    ``key_averages`` lists both an ATen op and the kernels it launched with the same device time, so its
+    device-time table counts the work twice; grouping the trace's GPU events by name counts it once.
+    """
+    gpu = gpu_events(events)
+    table = gpu.groupby("name").agg(calls=("dur", "size"), self_us=("dur", "sum")).reset_index()
+    table["total_us"] = table["self_us"]
+    all_gpu = table["self_us"].sum()
+    table["share_pct"] = 100.0 * table["self_us"] / all_gpu if all_gpu > 0 else 0.0
+    table = table.sort_values("self_us", ascending=False, kind="stable").head(n).reset_index(drop=True)
+    return table[["name", "calls", "self_us", "total_us", "share_pct"]]
+
+
+_TEMPLATE_OR_ARGS = re.compile(r"[<(]")
+
+
+def short_kernel_name(name: str) -> str:
+    """``void at::native::(anonymous namespace)::embedding_backward_kernel<float, long>(long const*, ...)``
+    → ``embedding_backward_kernel``: no return type, namespaces, template or argument list. Names with
+    nothing to strip (``triton_poi_fused_relu_0``, ``aten::mm``, ``Memcpy DtoH ...``) come back unchanged."""
+    if "::" not in name or name.startswith("aten::"):
+        return name
+    base = name.removeprefix("void ").replace("(anonymous namespace)::", "")
+    cut = _TEMPLATE_OR_ARGS.search(base)
+    head = base[: cut.start()] if cut else base
+    return head.rsplit("::", 1)[-1] or name
+
+
 def profiled_window(events: pd.DataFrame) -> tuple[float, float]:
     """(start, end) in microseconds: the ``ProfilerStep#k`` ranges if recorded, else every event."""
-    steps = events[events["name"].str.startswith("ProfilerStep#")]
+    steps = step_ranges(events)
     window = steps if len(steps) else events
     return float(window["ts"].min()), float((window["ts"] + window["dur"]).max())
+
+
+def step_ranges(events: pd.DataFrame) -> pd.DataFrame:
+    """The host's ``ProfilerStep#k`` ranges (the GPU-side copies of the annotation are left out)."""
+    return events[(events["cat"] == "user_annotation") & events["name"].str.startswith("ProfilerStep#")]
 
 
 def busy_time(intervals: pd.DataFrame) -> float:

@@ -39,7 +39,12 @@ def make_hash_module(name: str, vocab: torch.Tensor) -> torch.nn.Module:
 
 
 def median_ms(fn: Callable[[], object], device: torch.device) -> float:
-    """Median milliseconds per ``fn()`` by ``torch.utils.benchmark`` (which synchronizes CUDA itself)."""
+    """Median milliseconds per ``fn()``: GPU time by ``triton.testing.do_bench`` on a GPU (CUDA events, L2
+    flushed between calls), wall time by ``torch.utils.benchmark`` on a CPU."""
+    if device.type == "cuda":
+        import triton.testing
+
+        return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
     fn()  # warm up
     measurement = benchmark.Timer(stmt="fn()", globals={"fn": fn}).blocked_autorange(min_run_time=0.2)
     return 1e3 * measurement.median

@@ -6,6 +6,7 @@ picture                     what it shows                                       
 ``dlrm_timeline.png``       3 profiled training steps: GPU kernels per stream (host ops on a CPU)  profiler
 ``dlrm_op_breakdown.png``   ops by self time (GPU time on a GPU, host time on a CPU)              profiler
 ``host_sync.png``           finding 1: ``loss.item()`` every step vs loss kept on the device      timing
+``host_sync_timeline.png``  finding 1 in a trace: the host waits in ``aten::item``                profiler
 ``hash_cost.png``           finding 2: index hash vs searchsorted vs modulus as V grows           timing
 ``hashing_stages.png``      finding 3: step time at each stage of fixing the lookup               timing
 ``eager_vs_compiled.png``   step time and memory per step, eager vs ``torch.compile``             timing
@@ -48,12 +49,13 @@ class Settings:
     repeats: int
     hash_vocab_sizes: tuple[int, ...]
     hash_batch: int
+    host_sync_batches: tuple[int, ...]  # finding 1 is timed at each of these batch sizes
 
 
 SETTINGS = {
-    "gpu": Settings("kaggle", 2048, 30, 5, 3, (1_000, 10_000, 100_000, 1_000_000), 4096),
-    "cpu": Settings("small", 512, 8, 2, 3, (1_000, 10_000, 100_000), 1024),
-    "tiny": Settings("small", 64, 2, 1, 1, (100, 1_000), 256),
+    "gpu": Settings("kaggle", 2048, 50, 5, 5, (1_000, 10_000, 100_000, 1_000_000), 4096, (2048, 8192, 32768)),
+    "cpu": Settings("small", 512, 8, 2, 3, (1_000, 10_000, 100_000), 1024, (512,)),
+    "tiny": Settings("small", 64, 2, 1, 1, (100, 1_000), 256, (64,)),
 }
 
 
@@ -69,20 +71,22 @@ class Context:
     @property
     def workload(self):
         if self._workload is None:
-            from lecture_code.perf.workload import load_workload
-
-            s = self.settings
-            self._workload = load_workload(self.data_dir, s.preset, s.batch_size)
+            self._workload = self.workload_at(self.settings.batch_size)
         return self._workload
+
+    def workload_at(self, batch_size: int):
+        from lecture_code.perf.workload import load_workload
+
+        return load_workload(self.data_dir, self.settings.preset, batch_size)
+
+    @property
+    def device_line(self) -> str:
+        env = describe()
+        return f"{env['device']} · torch {env['torch']} · triton {env['triton']} · {dt.date.today()}"
 
     @property
     def subtitle(self) -> str:
-        env = describe()
-        s = self.settings
-        return (
-            f"{env['device']} · torch {env['torch']} · triton {env['triton']} · {dt.date.today()}\n"
-            f"DLRM preset {s.preset}, batch {s.batch_size}"
-        )
+        return f"{self.device_line}\nDLRM preset {self.settings.preset}, batch {self.settings.batch_size}"
 
     def timing_kwargs(self) -> dict:
         s = self.settings
@@ -109,58 +113,84 @@ def _rows(timings) -> list[dict]:
     return [t.as_row() for t in timings]
 
 
-def draw_profile(ctx: Context) -> list[Path]:
+def profile_steps(trace_dir: Path, workload, read_loss_every_step: bool = False):
+    """Profile 3 training steps (after 1 skipped and 1 warm-up step): ``(profiler, trace events)``."""
     from lecture_code.perf.workload import make_model, make_step
     from lecture_code.profiling import step_profiler, trace_files
-    from lecture_code.trace_analysis import gpu_idle_fraction, host_syncs, load_trace, top_ops
-    from lecture_code.trace_plots import plot_op_breakdown, plot_timeline
+    from lecture_code.trace_analysis import load_trace
 
-    w = ctx.workload
-    step = make_step(make_model(w))
-    trace_dir = ctx.run_dir / "profile"
+    step = make_step(make_model(workload))
     for old in trace_files(trace_dir):
         old.unlink()
     with step_profiler(trace_dir, wait=1, warmup=1, active=3) as prof:
         for i in range(5):
-            step(w.batches[i % len(w.batches)])
+            loss = step(workload.batches[i % len(workload.batches)])
+            if read_loss_every_step:
+                loss.item()
             prof.step()
-    events = load_trace(trace_files(trace_dir)[-1])
-    on_gpu = w.device.type == "cuda"
-    by = "self_device_time_total" if on_gpu else "self_cpu_time_total"
-    ops = top_ops(prof, n=12, by=by)
+    return prof, load_trace(trace_files(trace_dir)[-1])
+
+
+def draw_profile(ctx: Context) -> list[Path]:
+    from lecture_code.trace_analysis import gpu_idle_fraction, host_syncs, top_kernels, top_ops
+    from lecture_code.trace_plots import plot_op_breakdown, plot_timeline
+
+    prof, events = profile_steps(ctx.run_dir / "profile", ctx.workload)
     idle = gpu_idle_fraction(events)
-    where = "GPU" if on_gpu else "host"
+    if idle is None:  # a CPU run: where the host's time goes, by op
+        ops, what = top_ops(prof, n=12), "self host time by ATen op (key_averages)"
+    else:  # a GPU run: where the GPU's time goes, by kernel
+        ops, what = (
+            top_kernels(events, n=12),
+            f"GPU time by kernel; the GPU idles {100 * idle:.0f}% of the steps",
+        )
     timeline = plot_timeline(
-        events, ctx.out / "dlrm_timeline.png", f"DLRM training, 3 steps ({ctx.subtitle.splitlines()[0]})"
+        events, ctx.out / "dlrm_timeline.png", f"DLRM training, 3 profiled steps\n{ctx.device_line}"
     )
     breakdown = plot_op_breakdown(
-        ops, ctx.out / "dlrm_op_breakdown.png", f"DLRM training step: self {where} time by op\n{ctx.subtitle}"
+        ops, ctx.out / "dlrm_op_breakdown.png", f"DLRM training step: {what}\n{ctx.subtitle}"
     )
     extra = {"gpu_idle_fraction": idle, "host_syncs": host_syncs(events).reset_index().to_dict("records")}
     write_sidecar(timeline, ctx, [], **extra)
-    write_sidecar(breakdown, ctx, ops.to_dict("records"), ranked_by=by)
+    write_sidecar(breakdown, ctx, ops.to_dict("records"), ranked_by=what)
     return [timeline, breakdown]
 
 
 def draw_host_sync(ctx: Context) -> list[Path]:
     from lecture_code.perf.charts import bar_chart
     from lecture_code.perf.host_sync import measure_host_sync, measure_launch_blocking
+    from lecture_code.trace_analysis import gpu_idle_fraction, host_syncs
+    from lecture_code.trace_plots import plot_timeline
 
-    rows = _rows(measure_host_sync(ctx.workload, **ctx.timing_kwargs()))
+    s = ctx.settings
+    rows = []
+    for batch_size in s.host_sync_batches:
+        for timing in measure_host_sync(ctx.workload_at(batch_size), **ctx.timing_kwargs()):
+            rows.append(
+                {**timing.as_row(), "label": f"B={batch_size}: {timing.label}", "batch_size": batch_size}
+            )
     note = "CUDA_LAUNCH_BLOCKING=1 is measured on a GPU only (it changes nothing on a CPU)"
     if ctx.workload.device.type == "cuda":
-        s = ctx.settings
+        timing = measure_launch_blocking(ctx.data_dir, s.preset, s.batch_size, s.steps, s.warmup, s.repeats)
         rows.append(
-            measure_launch_blocking(
-                ctx.data_dir, s.preset, s.batch_size, s.steps, s.warmup, s.repeats
-            ).as_row()
+            {**timing.as_row(), "label": f"B={s.batch_size}: {timing.label}", "batch_size": s.batch_size}
         )
         note = "CUDA_LAUNCH_BLOCKING=1 measured in a child process (the variable is read when CUDA starts)"
+    subtitle = f"{ctx.device_line}\nDLRM preset {s.preset}"
     png = bar_chart(
-        rows, ctx.out / "host_sync.png", "Finding 1: a host sync in every training step", ctx.subtitle
+        rows, ctx.out / "host_sync.png", "Finding 1: a host sync in every training step", subtitle
     )
     write_sidecar(png, ctx, rows, note=note)
-    return [png]
+
+    middle = s.host_sync_batches[len(s.host_sync_batches) // 2]
+    _, events = profile_steps(
+        ctx.run_dir / "profile_item", ctx.workload_at(middle), read_loss_every_step=True
+    )
+    title = f"DLRM training with loss.item() every step, batch {middle}: 3 profiled steps\n{ctx.device_line}"
+    timeline = plot_timeline(events, ctx.out / "host_sync_timeline.png", title)
+    syncs = host_syncs(events).reset_index().to_dict("records")
+    write_sidecar(timeline, ctx, [], gpu_idle_fraction=gpu_idle_fraction(events), host_syncs=syncs)
+    return [png, timeline]
 
 
 def draw_hash_cost(ctx: Context) -> list[Path]:
@@ -170,8 +200,7 @@ def draw_hash_cost(ctx: Context) -> list[Path]:
     s = ctx.settings
     device = default_device()
     rows = time_hashes(s.hash_vocab_sizes, s.hash_batch, device)
-    subtitle = ctx.subtitle.splitlines()[0]
-    png = hash_cost_chart(rows, ctx.out / "hash_cost.png", subtitle)
+    png = hash_cost_chart(rows, ctx.out / "hash_cost.png", ctx.device_line)
     write_sidecar(png, ctx, rows)
     return [png]
 

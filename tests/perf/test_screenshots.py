@@ -10,6 +10,7 @@ EXPECTED = [
     "dlrm_timeline",
     "dlrm_op_breakdown",
     "host_sync",
+    "host_sync_timeline",
     "hash_cost",
     "hashing_stages",
     "eager_vs_compiled",

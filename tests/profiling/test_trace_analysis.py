@@ -10,7 +10,14 @@ import pytest
 import torch
 
 from lecture_code.profiling import step_profiler, trace_files
-from lecture_code.trace_analysis import gpu_idle_fraction, host_syncs, load_trace, top_ops
+from lecture_code.trace_analysis import (
+    gpu_idle_fraction,
+    host_syncs,
+    load_trace,
+    short_kernel_name,
+    top_kernels,
+    top_ops,
+)
 from lecture_code.trace_plots import plot_op_breakdown, plot_timeline
 
 MATMUL_OPS = {"aten::addmm", "aten::mm", "aten::linear", "aten::matmul"}
@@ -70,14 +77,22 @@ def test_load_trace_gives_complete_events(events):
     assert events["name"].str.startswith("ProfilerStep#").sum() == 2
 
 
-def test_host_syncs_finds_the_item_calls_on_a_gpu_and_none_on_a_cpu(events):
+def test_host_syncs_finds_no_wait_for_item_on_a_cpu_tensor(events):
+    assert events["name"].eq("aten::item").sum() == 2  # the toy's loss lives on the CPU
     syncs = host_syncs(events)
-    if not torch.cuda.is_available():  # aten::item on a CPU tensor waits for nothing
-        assert events["name"].eq("aten::item").sum() == 2
-        assert syncs.empty
-        return
+    assert "aten::item" not in syncs.index.get_level_values("caused_by")
+
+
+@pytest.mark.gpu
+def test_host_syncs_finds_item_on_a_cuda_tensor(tmp_path):
+    x = torch.randn(512, 512, device="cuda")
+    with step_profiler(tmp_path, wait=0, warmup=1, active=2) as prof:
+        for _ in range(3):
+            (x @ x).relu().sum().item()
+            prof.step()
+    syncs = host_syncs(load_trace(trace_files(tmp_path)[-1]))
     item = syncs.xs("aten::item", level="caused_by")
-    assert item["calls"].max() == 2  # one per active step
+    assert item["calls"].max() == 2, syncs  # one wait per profiled step
     assert (item["total_us"] > 0).all()
 
 
@@ -135,3 +150,44 @@ def test_host_syncs_on_made_up_gpu_events():
         ("aten::item", "cudaMemcpyAsync"): {"calls": 1, "total_us": 5.0},
         ("(no op)", "cudaStreamSynchronize"): {"calls": 1, "total_us": 4.0},
     }
+
+
+def test_top_kernels_counts_gpu_time_once_per_kernel_name():
+    import pandas as pd
+
+    made_up = pd.DataFrame(
+        [
+            ("aten::mm", "cpu_op", 0.0, 50.0),  # an op, not GPU work: ignored
+            ("gemm_kernel", "kernel", 1.0, 30.0),
+            ("gemm_kernel", "kernel", 40.0, 30.0),
+            ("Memcpy DtoH (Device -> Pageable)", "gpu_memcpy", 80.0, 20.0),
+            ("relu_kernel", "kernel", 100.0, 20.0),
+        ],
+        columns=["name", "cat", "ts", "dur"],
+    )
+    table = top_kernels(made_up, n=2)
+    assert table.to_dict("list") == {
+        "name": ["gemm_kernel", "Memcpy DtoH (Device -> Pageable)"],
+        "calls": [2, 1],
+        "self_us": [60.0, 20.0],
+        "total_us": [60.0, 20.0],
+        "share_pct": [60.0, 20.0],
+    }
+
+
+@pytest.mark.parametrize(
+    ("name", "short"),
+    [
+        (
+            "void at::native::(anonymous namespace)::embedding_backward_feature_kernel<float, float, long>"
+            "(long const*, float const*, float*, int, long, int)",
+            "embedding_backward_feature_kernel",
+        ),
+        ("void cutlass::Kernel2<cutlass_80_simt_sgemm_128x64_8x5_nt_align1>(Params)", "Kernel2"),
+        ("triton_poi_fused_relu_0", "triton_poi_fused_relu_0"),
+        ("aten::mm", "aten::mm"),
+        ("Memcpy DtoH (Device -> Pageable)", "Memcpy DtoH (Device -> Pageable)"),
+    ],
+)
+def test_short_kernel_name(name, short):
+    assert short_kernel_name(name) == short
