@@ -15,8 +15,9 @@ picture                     what it shows                                       
 
 Every PNG gets a JSON sidecar (same name, ``.json``): the command, device, versions, date, the settings and
 the measured rows. Settings by machine: ``gpu`` (kaggle preset, batch 2048), ``cpu`` (small preset, batch
-512) and ``--tiny`` (seconds; for tests). The committed set comes from a GPU run; on a CPU the default output
-folder is the git-ignored ``runs/perf_screenshots_cpu`` so a CPU run never overwrites it.
+512) and ``--tiny`` (seconds; for tests). The committed set comes from a GPU run; CPU and tiny runs write to
+the git-ignored ``runs/perf_screenshots_cpu`` or ``runs/perf_screenshots_tiny`` (unless ``--out`` says
+otherwise), so they never overwrite it.
 
     python -m lecture_code.perf.screenshots                     # everything this machine can draw
     python -m lecture_code.perf.screenshots --only hash_cost    # one picture
@@ -37,7 +38,7 @@ from pathlib import Path
 from lecture_code.environment import REPO_ROOT, describe
 from lecture_code.environment import device as default_device
 
-__all__ = ["PICTURES", "SETTINGS", "Settings", "main", "write_sidecar"]
+__all__ = ["PICTURES", "SETTINGS", "Settings", "committed", "main", "write_sidecar"]
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,12 @@ class Context:
         return {"steps": s.steps, "warmup": s.warmup, "repeats": s.repeats}
 
 
+def committed(name: str, folder: Path | None = None) -> tuple[Path, dict]:
+    """A picture of ``perf_screenshots/`` and its sidecar: ``(png path, sidecar dict)`` (for notebooks)."""
+    png = (folder or REPO_ROOT / "perf_screenshots") / f"{name}.png"
+    return png, json.loads(png.with_suffix(".json").read_text(encoding="utf-8"))
+
+
 def write_sidecar(png: Path, ctx: Context, results: list[dict], **extra) -> Path:
     """``<png>.json``: what made the picture and what it measured."""
     info = {
@@ -113,29 +120,12 @@ def _rows(timings) -> list[dict]:
     return [t.as_row() for t in timings]
 
 
-def profile_steps(trace_dir: Path, workload, read_loss_every_step: bool = False):
-    """Profile 3 training steps (after 1 skipped and 1 warm-up step): ``(profiler, trace events)``."""
-    from lecture_code.perf.workload import make_model, make_step
-    from lecture_code.profiling import step_profiler, trace_files
-    from lecture_code.trace_analysis import load_trace
-
-    step = make_step(make_model(workload))
-    for old in trace_files(trace_dir):
-        old.unlink()
-    with step_profiler(trace_dir, wait=1, warmup=1, active=3) as prof:
-        for i in range(5):
-            loss = step(workload.batches[i % len(workload.batches)])
-            if read_loss_every_step:
-                loss.item()
-            prof.step()
-    return prof, load_trace(trace_files(trace_dir)[-1])
-
-
 def draw_profile(ctx: Context) -> list[Path]:
+    from lecture_code.perf.workload import profile_training_steps
     from lecture_code.trace_analysis import gpu_idle_fraction, host_syncs, top_kernels, top_ops
     from lecture_code.trace_plots import plot_op_breakdown, plot_timeline
 
-    prof, events = profile_steps(ctx.run_dir / "profile", ctx.workload)
+    prof, events = profile_training_steps(ctx.workload, ctx.run_dir / "profile")
     idle = gpu_idle_fraction(events)
     if idle is None:  # a CPU run: where the host's time goes, by op
         ops, what = top_ops(prof, n=12), "self host time by ATen op (key_averages)"
@@ -159,6 +149,7 @@ def draw_profile(ctx: Context) -> list[Path]:
 def draw_host_sync(ctx: Context) -> list[Path]:
     from lecture_code.perf.charts import bar_chart
     from lecture_code.perf.host_sync import measure_host_sync, measure_launch_blocking
+    from lecture_code.perf.workload import profile_training_steps
     from lecture_code.trace_analysis import gpu_idle_fraction, host_syncs
     from lecture_code.trace_plots import plot_timeline
 
@@ -183,8 +174,8 @@ def draw_host_sync(ctx: Context) -> list[Path]:
     write_sidecar(png, ctx, rows, note=note)
 
     middle = s.host_sync_batches[len(s.host_sync_batches) // 2]
-    _, events = profile_steps(
-        ctx.run_dir / "profile_item", ctx.workload_at(middle), read_loss_every_step=True
+    _, events = profile_training_steps(
+        ctx.workload_at(middle), ctx.run_dir / "profile_item", read_loss_every_step=True
     )
     title = f"DLRM training with loss.item() every step, batch {middle}: 3 profiled steps\n{ctx.device_line}"
     timeline = plot_timeline(events, ctx.out / "host_sync_timeline.png", title)
@@ -285,14 +276,14 @@ def main(argv: list[str] | None = None) -> list[Path]:
     args = p.parse_args(argv)
 
     on_gpu = default_device().type == "cuda"
-    settings = SETTINGS["tiny" if args.tiny else "gpu" if on_gpu else "cpu"]
-    out = args.out or REPO_ROOT / ("perf_screenshots" if on_gpu else "runs/perf_screenshots_cpu")
+    kind = "tiny" if args.tiny else "gpu" if on_gpu else "cpu"
+    out = args.out or REPO_ROOT / ("perf_screenshots" if kind == "gpu" else f"runs/perf_screenshots_{kind}")
     out.mkdir(parents=True, exist_ok=True)
     ctx = Context(
         out=out,
         run_dir=args.run_dir or REPO_ROOT / "runs" / "perf_screenshots",
         data_dir=args.data,
-        settings=settings,
+        settings=SETTINGS[kind],
         command=shlex.join(
             ["python", "-m", "lecture_code.perf.screenshots", *(argv if argv is not None else sys.argv[1:])]
         ),

@@ -3,7 +3,8 @@
 ``load_workload`` reads a preprocessed Criteo folder (default: the embedded synthetic data), takes the first
 ``num_batches`` batches of a seeded shuffle and puts them on the device once, so no experiment measures
 host → device copies of data it did not ask about. ``make_model`` builds a fresh, identically initialised
-DLRM per variant; ``make_step`` is the training loop's own step (:func:`lecture_code.train.make_train_step`).
+DLRM per variant; ``make_step`` is the training loop's own step (:func:`lecture_code.train.make_train_step`);
+``profile_training_steps`` records a few of them with :func:`lecture_code.profiling.step_profiler`.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ import torch
 from lecture_code import data as criteo
 from lecture_code.environment import device as default_device
 from lecture_code.model import DLRM
+from lecture_code.profiling import step_profiler, trace_files
+from lecture_code.trace_analysis import load_trace
 from lecture_code.train import make_train_step
 
-__all__ = ["Workload", "load_workload", "make_model", "make_step"]
+__all__ = ["Workload", "load_workload", "make_model", "make_step", "profile_training_steps"]
 
 
 @dataclass
@@ -60,3 +63,22 @@ def make_model(workload: Workload, hashing: str = "vocabulary", seed: int = 0) -
 def make_step(model: torch.nn.Module, compile_model: bool = False, lr: float = 1e-3):
     """``step(batch) -> loss``: zero grads, forward + BCE loss, backward, Adam step (the training loop's)."""
     return make_train_step(model, torch.optim.Adam(model.parameters(), lr=lr), compile_model)
+
+
+def profile_training_steps(workload: Workload, trace_dir: str | Path, read_loss_every_step: bool = False):
+    """Profile 3 training steps (after 1 skipped and 1 warm-up step) of a fresh model.
+
+    Returns ``(profiler, events)``: the profiler for its op tables, the trace's events as a DataFrame
+    (:func:`lecture_code.trace_analysis.load_trace`). Older traces in ``trace_dir`` are removed first.
+    """
+    trace_dir = Path(trace_dir)
+    step = make_step(make_model(workload))
+    for old in trace_files(trace_dir):
+        old.unlink()
+    with step_profiler(trace_dir, wait=1, warmup=1, active=3) as prof:
+        for i in range(5):
+            loss = step(workload.batches[i % len(workload.batches)])
+            if read_loss_every_step:
+                loss.item()
+            prof.step()
+    return prof, load_trace(trace_files(trace_dir)[-1])
