@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
 EXECUTED := artifacts/notebooks
 
-.PHONY: setup lecture test test-fast lint format bench lab clean
+.PHONY: setup lecture test test-fast lint format bench screenshots lab clean
 
 setup: $(STAMP)
 
@@ -48,6 +48,9 @@ format: setup
 
 bench: setup
 	$(PY) benchmarks/bench_preprocess.py
+
+screenshots: setup
+	$(PY) -m lecture_code.perf.screenshots
 
 lab: setup
 	$(PY) -m jupyter lab notebooks
