@@ -36,7 +36,8 @@ class CompiledCode:
     Attributes:
         files: the generated wrapper modules (Python source), in compile order.
         kernels: every kernel defined in them.
-        extern_calls: library calls the wrappers make instead of generated kernels (``addmm``, ``bmm`` …).
+        extern_calls: library calls the wrappers make instead of generated kernels (``addmm``, ``bmm`` …),
+            including ATen fallbacks inductor did not lower (``searchsorted`` on a CPU).
         backend: ``"triton"`` or ``"cpp"``: what inductor emitted.
         fallback_reason: why Triton-on-CPU was asked for but C++ came out ("" otherwise).
         fullgraph: whether one graph captured the whole function (False after a graph-break retry).

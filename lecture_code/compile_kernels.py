@@ -29,6 +29,7 @@ __all__ = [
     "find_kernels",
     "fused_ops",
     "graph_label",
+    "library_calls",
     "parse_kernel_name",
     "parse_output_code",
     "show_kernel",
@@ -100,7 +101,11 @@ _TRIPLE = re.compile(r"'''(.*?)'''", re.S)
 _RAW_TRITON = re.compile(r'R"TRITON\((.*?)\)TRITON"', re.S)  # cpp_wrapper embeds Triton sources like this
 _JIT_DEF = re.compile(r"@triton\.jit\s*\ndef (\w+)\(")
 _ATEN_COMMENT = re.compile(r"Original ATen: \[([^\]]*)\]")
-_EXTERN = re.compile(r"extern_kernels\.(\w+)\(")
+# library calls: ``extern_kernels.addmm(...)``, and ATen fallbacks (ops inductor does not lower, e.g.
+# ``buf6 = torch.ops.aten.searchsorted.Tensor(...)`` on a CPU) at the start of a wrapper statement
+_LIBRARY_CALL = re.compile(
+    r"extern_kernels\.(\w+)\(|^[ \t]*(?:\w+ = )?(?:torch\.ops\.)?aten\.(\w+)\.\w+\(", re.M
+)
 _CACHE_PATH = re.compile(r"(/[^\s'\"]*?)?/torchinductor_[^/\s'\"]+/")
 
 
@@ -108,6 +113,11 @@ def graph_label(module_text: str) -> str:
     """``forward``/``backward``/``inference`` from a wrapper module's ``# AOT ID`` line, ``""`` if none."""
     m = re.search(r"# AOT ID: \['?\d*_?(\w+?)'?\]", module_text)
     return m.group(1) if m else ""
+
+
+def library_calls(module_text: str) -> list[str]:
+    """Library calls in a wrapper module, in order: ``extern_kernels.*`` and ATen fallbacks (op names)."""
+    return [extern or fallback for extern, fallback in _LIBRARY_CALL.findall(module_text)]
 
 
 def _launch_aten_ops(module_text: str, names: Iterable[str]) -> dict[str, tuple[str, ...]]:
@@ -135,7 +145,8 @@ def _launch_aten_ops(module_text: str, names: Iterable[str]) -> dict[str, tuple[
 
 
 def parse_output_code(files: Sequence[str]) -> tuple[list[Kernel], list[str]]:
-    """Find every kernel (Triton and C++) and every ``extern_kernels`` call in the wrapper modules."""
+    """Find every kernel (Triton and C++) and every library call (``extern_kernels.*``, ATen fallbacks) in the
+    wrapper modules."""
     kernels: list[Kernel] = []
     extern: list[str] = []
     for index, text in enumerate(files):
@@ -179,7 +190,7 @@ def parse_output_code(files: Sequence[str]) -> tuple[list[Kernel], list[str]]:
         for k in found:
             k.aten_ops = aten.get(k.name, ())
         kernels.extend(found)
-        extern.extend(_EXTERN.findall(text))
+        extern.extend(library_calls(text))
     return kernels, extern
 
 

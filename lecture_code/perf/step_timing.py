@@ -69,13 +69,13 @@ def peak_step_bytes(fn: Callable[[], object], device: torch.device) -> int:
         prof.export_chrome_trace(str(trace))
         events = json.loads(trace.read_text())["traceEvents"]
     want = CUDA_DEVICE_TYPE if device.type == "cuda" else 0
-    sizes = [
-        (e["ts"], e["args"]["Bytes"])
+    sizes = [  # (time, event index, signed bytes): the index orders an alloc and a free at the same time
+        (e["ts"], e["args"].get("Ev Idx", 0), e["args"]["Bytes"])
         for e in events
         if e.get("name") == "[memory]" and e.get("args", {}).get("Device Type") == want
     ]
     held, peak = 0, 0
-    for _, size in sorted(sizes, key=lambda item: item[0]):
+    for _, _, size in sorted(sizes):
         held += size
         peak = max(peak, held)
     return peak

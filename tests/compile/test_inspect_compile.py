@@ -45,6 +45,7 @@ def call(args):
     extern_kernels.mm(buf0, arg1_1, out=buf1)
     # Topologically Sorted Source Nodes: [input_2], Original ATen: [aten.addmm, aten.relu]
     triton_poi_fused_addmm_relu_0.run(buf1, 512, stream=stream0)
+    buf2 = torch.ops.aten.searchsorted.Tensor(arg2_1, buf1, out_int32=False)
     # Topologically Sorted Source Nodes: [le], Original ATen: [aten.relu, aten.threshold_backward]
     cpp_fused_relu_threshold_backward_1(buf1)
 '''.replace('"""', "'''")
@@ -70,7 +71,7 @@ def test_parse_output_code_finds_both_languages():
     assert triton_k.graph == "forward" and triton_k.aten_ops == ("addmm", "relu")
     assert triton_k.body.startswith("@triton.jit\ndef triton_poi_fused_addmm_relu_0(")
     assert cpp_k.language == "cpp" and cpp_k.fused_ops == ("relu", "threshold_backward")
-    assert extern == ["mm"]
+    assert extern == ["mm", "searchsorted"]  # an ATen fallback is a library call too
 
 
 def test_show_kernel_hides_machine_paths():
