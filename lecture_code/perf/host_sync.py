@@ -60,8 +60,7 @@ def measure_launch_blocking(
     if done.returncode != 0:
         raise RuntimeError(f"the CUDA_LAUNCH_BLOCKING=1 child failed:\n{done.stderr[-2000:]}")
     row = json.loads(done.stdout.strip().splitlines()[-1])
-    return StepTiming(LAUNCH_BLOCKING, row["ms_per_step"], row["peak_step_mb"], row["first_step_s"],
-                      row["steps"], row["repeats"])  # fmt: skip
+    return StepTiming(**{**row, "label": LAUNCH_BLOCKING})  # as_row() has StepTiming's fields
 
 
 def main(argv: list[str] | None = None) -> None:
