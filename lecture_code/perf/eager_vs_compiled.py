@@ -32,6 +32,6 @@ def measure_eager_vs_compiled(
                 steps=steps,
                 warmup=warmup,
                 repeats=repeats,
-            )  # fmt: skip
+            )
         )
     return rows

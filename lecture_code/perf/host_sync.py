@@ -42,19 +42,37 @@ def measure_host_sync(
     step = make_step(make_model(workload))
     kwargs = dict(steps=steps, warmup=warmup, repeats=repeats)
     return [
-        time_train_steps(step, workload.batches, workload.device, label=ITEM_EVERY_STEP,
-                         read_loss_every_step=True, **kwargs),
+        time_train_steps(
+            step,
+            workload.batches,
+            workload.device,
+            label=ITEM_EVERY_STEP,
+            read_loss_every_step=True,
+            **kwargs,
+        ),
         time_train_steps(step, workload.batches, workload.device, label=ON_DEVICE, **kwargs),
-    ]  # fmt: skip
+    ]
 
 
 def measure_launch_blocking(
     data_dir: str | Path | None, preset: str, batch_size: int, steps: int, warmup: int, repeats: int
 ) -> StepTiming:
     """Time the on-device loop in a child process started with ``CUDA_LAUNCH_BLOCKING=1``."""
-    args = [sys.executable, "-m", "lecture_code.perf.host_sync", "--preset", preset,
-            "--batch-size", str(batch_size), "--steps", str(steps), "--warmup", str(warmup),
-            "--repeats", str(repeats)] + (["--data", str(data_dir)] if data_dir else [])  # fmt: skip
+    args = [
+        sys.executable,
+        "-m",
+        "lecture_code.perf.host_sync",
+        "--preset",
+        preset,
+        "--batch-size",
+        str(batch_size),
+        "--steps",
+        str(steps),
+        "--warmup",
+        str(warmup),
+        "--repeats",
+        str(repeats),
+    ] + (["--data", str(data_dir)] if data_dir else [])
     env = {**os.environ, "CUDA_LAUNCH_BLOCKING": "1"}
     done = subprocess.run(args, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -74,8 +92,15 @@ def main(argv: list[str] | None = None) -> None:
     a = p.parse_args(argv)
     workload = load_workload(a.data, a.preset, a.batch_size)
     step = make_step(make_model(workload))
-    timing = time_train_steps(step, workload.batches, workload.device, label=ON_DEVICE,
-                              steps=a.steps, warmup=a.warmup, repeats=a.repeats)  # fmt: skip
+    timing = time_train_steps(
+        step,
+        workload.batches,
+        workload.device,
+        label=ON_DEVICE,
+        steps=a.steps,
+        warmup=a.warmup,
+        repeats=a.repeats,
+    )
     print(json.dumps(timing.as_row()))
 
 
