@@ -1,6 +1,7 @@
 # One-command tooling. Every target sets up its own virtual environment first.
 #   make lecture   set up, then execute every notebook in order on the embedded default data
 #   make test      set up, then run all tests (pytest + nbval over the notebooks); .ci/run calls this
+#   make lab       JupyterLab on your own working copy of the notebooks (lab/, git-ignored), on localhost
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -8,7 +9,7 @@ STAMP := $(VENV)/.installed
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
 EXECUTED := artifacts/notebooks
 
-.PHONY: setup lecture test test-fast lint format bench screenshots lab clean
+.PHONY: setup lecture test test-fast lint format bench screenshots lab lab-reset notebooks-normalize clean
 
 setup: $(STAMP)
 
@@ -47,13 +48,26 @@ format: setup
 	$(PY) -m ruff check --fix lecture_code kernels tests benchmarks
 
 bench: setup
-	$(PY) benchmarks/bench_preprocess.py
+	$(PY) -m benchmarks.bench_preprocess
 
 screenshots: setup
 	$(PY) -m lecture_code.perf.screenshots
 
+# The committed notebooks are the reference outputs: JupyterLab opens copies in lab/ (git-ignored), so running
+# cells and autosave never rewrite them. `make lab-reset` replaces the copies with fresh ones.
+LAB := lab
 lab: setup
-	$(PY) -m jupyter lab notebooks
+	mkdir -p $(LAB)
+	for nb in $(NOTEBOOKS); do [ -e $(LAB)/$$(basename $$nb) ] || cp $$nb $(LAB)/; done
+	$(PY) -m jupyter lab $(LAB) --ip 127.0.0.1 --ServerApp.root_dir=$(LAB) \
+	  $$( [ "$$(id -u)" = 0 ] && echo --allow-root )
+
+lab-reset:
+	rm -rf $(LAB)
+
+# Committed notebooks carry normalised metadata (checked by tests/test_notebook_metadata.py).
+notebooks-normalize: setup
+	$(PY) notebooks/normalize_metadata.py
 
 clean:
 	rm -rf artifacts runs .pytest_cache

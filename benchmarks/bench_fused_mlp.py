@@ -6,8 +6,8 @@ Two shapes of the kind the kernel is for (H small, see kernels/fused_mlp.py), sw
 - ``lora-rank16``: K=4096 → H=16 → N=4096, no final activation (the shape of LoRA's rank-r path).
 
 Metrics: GB/s (bytes of x, weights, biases and y over the median device time; the hidden activations are the
-bytes fusion saves, so they are not counted) against the measured copy ceiling, TFLOP/s (2·M·H·(K + N)), and
-``host us``, the CPU time per call (see ``_bench_utils``: where it exceeds the device time, the call is
+bytes fusion saves, so they are not counted) against the measured copy reference, TFLOP/s (2·M·H·(K + N)), and
+``host us``, the CPU time per call (see lecture_code.bench: where it exceeds the device time, the call is
 launch-bound).
 
 Precisions, the same for every provider (eager, torch.compile, fused), named in each row:
@@ -17,9 +17,9 @@ Precisions, the same for every provider (eager, torch.compile, fused), named in 
   cuBLAS SGEMM on the CUDA cores, and the fused kernel's dots are fp32 FMA (``input_precision="ieee"``);
 - ``tf32``: fp32 tensors with precision ``"high"``: cuBLAS and the fused kernel both use TF32 tensor cores.
 
-    python benchmarks/bench_fused_mlp.py           # GPU: full sweep, bf16, tf32 and fp32
-    python benchmarks/bench_fused_mlp.py --quick   # tiny sizes (CPU: Triton runs in the interpreter)
-    python benchmarks/bench_fused_mlp.py --results-dir benchmarks/results/tmp   # a trial run (git-ignored)
+    python -m benchmarks.bench_fused_mlp           # GPU: full sweep, bf16, tf32 and fp32
+    python -m benchmarks.bench_fused_mlp --quick   # tiny sizes (CPU: Triton runs in the interpreter)
+    python -m benchmarks.bench_fused_mlp --results-dir benchmarks/results/tmp   # a trial run (git-ignored)
 
 Prints a table; saves CSV + PNG under benchmarks/results/fused_mlp/, stamped with device, versions, date.
 """
@@ -28,21 +28,14 @@ from __future__ import annotations
 
 import argparse
 import functools
-import sys
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-
-import kernels  # noqa: E402,F401  (decides the runtime mode first)
-from kernels import reference, runtime  # noqa: E402
-from kernels.fused_mlp import fused_mlp  # noqa: E402
-
-try:
-    from benchmarks import _bench_utils as bu
-except ImportError:  # run as a script from benchmarks/
-    import _bench_utils as bu
+import kernels  # noqa: F401  (decides the runtime mode first)
+from kernels import reference, runtime
+from kernels.fused_mlp import fused_mlp
+from lecture_code import bench as bu
 
 # name: (tensor dtype, torch.set_float32_matmul_precision for every provider, what the matmuls run as)
 DTYPES = {
@@ -93,7 +86,7 @@ def main(argv=None) -> None:
                 s = x.element_size()
                 nbytes = (M * K + H * K + H + N * H + N + M * N) * s
                 flops = 2 * M * H * (K + N)
-                ceiling = bu.copy_gbps(M * (K + N), dtype, device)
+                copy_ref = bu.copy_gbps(M * (K + N), dtype, device)
                 providers = [("eager", lambda: reference.fused_mlp), ("triton fused", lambda: fused_mlp)]
                 if not args.no_compile:
                     providers.insert(1, ("torch.compile", lambda: bu.compiled(reference.fused_mlp)))
@@ -116,8 +109,8 @@ def main(argv=None) -> None:
                                 "host us": host,
                                 "GB/s": nbytes / (ms * 1e6),
                                 "TFLOP/s": flops / (ms * 1e9),
-                                "copy GB/s": ceiling,
-                                "% of copy": 100 * nbytes / (ms * 1e6) / ceiling,
+                                "copy GB/s": copy_ref,
+                                "% of copy": 100 * nbytes / (ms * 1e6) / copy_ref,
                             }
                         )
                         r = results[-1]

@@ -4,8 +4,8 @@ The lecture's second profiling finding: the naive ``IndexHash`` compares each id
 (a ``[B, V]`` boolean matrix, then argmax) — O(B·V) time and 2·B·V bytes — while ``VocabularyHash``
 (``torch.searchsorted``) is O(B·log V) and ``ModulusHash`` is O(B) with no vocabulary at all.
 
-    python benchmarks/bench_hashing.py            # GPU: V up to 1M, B = 4096
-    python benchmarks/bench_hashing.py --quick    # CPU-sized sweep (the default on a CPU)
+    python -m benchmarks.bench_hashing            # GPU: V up to 1M, B = 4096
+    python -m benchmarks.bench_hashing --quick    # CPU-sized sweep (the default on a CPU)
 
 Prints a table; saves CSV + PNG under benchmarks/results/hashing/, stamped with device, versions, date.
 """
@@ -13,20 +13,13 @@ Prints a table; saves CSV + PNG under benchmarks/results/hashing/, stamped with 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-
-from lecture_code.perf.charts import hash_cost_chart  # noqa: E402
-from lecture_code.perf.hash_cost import time_hashes  # noqa: E402
-
-try:  # bench_utils lives beside this script
-    from benchmarks import _bench_utils as bu
-except ImportError:  # run as a script from benchmarks/
-    import _bench_utils as bu
+from lecture_code import bench as bu
+from lecture_code.perf.charts import hash_cost_chart
+from lecture_code.perf.hash_cost import time_hashes
 
 
 def main(argv=None) -> None:

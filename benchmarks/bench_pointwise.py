@@ -1,15 +1,15 @@
-"""Benchmark the hand-fused pointwise kernels against eager PyTorch, torch.compile and the copy ceiling.
+"""Benchmark the hand-fused pointwise kernels against eager PyTorch, torch.compile and the copy reference.
 
 Kernels: bias+ReLU (``relu(x + bias)``) and add-mul-activation (``act(x + bias + alpha·y)``), forward, over
-rows × 4096 columns. Metric: GB/s = bytes read + written / median *device* time; the ceiling is the measured
+rows × 4096 columns. Metric: GB/s = bytes read + written / median *device* time; the reference is the measured
 ``y.copy_(x)`` bandwidth on the same device and size, timed the same way. A second column, ``host us``, is the
 CPU time per call: where it exceeds the device time, a loop of such calls is launch-bound, whatever the
-kernel (see ``_bench_utils``). Goal (issue): Triton v1 ≥ 95% of the copy ceiling at large sizes, and no
+kernel (see lecture_code.bench). Goal (issue): Triton v1 ≥ 95% of the copy reference at large sizes, and no
 slower than torch.compile at small ones.
 
-    python benchmarks/bench_pointwise.py            # GPU: full sweep, fp32 and bf16
-    python benchmarks/bench_pointwise.py --quick    # tiny sizes (CPU: Triton runs in the interpreter)
-    python benchmarks/bench_pointwise.py --results-dir benchmarks/results/tmp   # a trial run (git-ignored)
+    python -m benchmarks.bench_pointwise            # GPU: full sweep, fp32 and bf16
+    python -m benchmarks.bench_pointwise --quick    # tiny sizes (CPU: Triton runs in the interpreter)
+    python -m benchmarks.bench_pointwise --results-dir benchmarks/results/tmp   # a trial run (git-ignored)
 
 Prints a table; saves CSV + PNG under benchmarks/results/pointwise/, stamped with device, versions, date.
 """
@@ -18,22 +18,15 @@ from __future__ import annotations
 
 import argparse
 import functools
-import sys
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-
-import kernels  # noqa: E402,F401  (decides the runtime mode first)
-from kernels import reference, runtime  # noqa: E402
-from kernels.add_mul_act import add_mul_act  # noqa: E402
-from kernels.bias_relu import bias_relu  # noqa: E402
-
-try:  # bench_utils lives beside this script
-    from benchmarks import _bench_utils as bu
-except ImportError:  # run as a script from benchmarks/
-    import _bench_utils as bu
+import kernels  # noqa: F401  (decides the runtime mode first)
+from kernels import reference, runtime
+from kernels.add_mul_act import add_mul_act
+from kernels.bias_relu import bias_relu
+from lecture_code import bench as bu
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 ALPHA = 0.5
@@ -119,7 +112,7 @@ def main(argv=None) -> None:
                 y = torch.randn(M, cols, device=device, dtype=dtype)
                 bias = torch.randn(cols, device=device, dtype=dtype)
                 nbytes = bytes_moved(kernel, M, cols, x.element_size())
-                ceiling = bu.copy_gbps(M * cols, dtype, device)
+                copy_ref = bu.copy_gbps(M * cols, dtype, device)
                 expected = (
                     reference.bias_relu(x, bias)
                     if kernel == "bias_relu"
@@ -145,8 +138,8 @@ def main(argv=None) -> None:
                             "ms": ms,
                             "host us": host,
                             "GB/s": gbps,
-                            "copy GB/s": ceiling,
-                            "% of copy": 100 * gbps / ceiling,
+                            "copy GB/s": copy_ref,
+                            "% of copy": 100 * gbps / copy_ref,
                         }
                     )
                     r = results[-1]

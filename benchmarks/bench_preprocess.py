@@ -1,7 +1,7 @@
 """Benchmark: raw Criteo TSV -> parquet + vocabularies, end to end, at two file lengths.
 
-    python benchmarks/bench_preprocess.py                 # 1M and 2M synthetic rows
-    python benchmarks/bench_preprocess.py --rows 200000   # a quick look
+    python -m benchmarks.bench_preprocess                 # 1M and 2M synthetic rows
+    python -m benchmarks.bench_preprocess --rows 200000   # a quick look
 
 For each length: generate the synthetic file (timed too), then run ``preprocess`` in a fresh subprocess
 (``--repeat`` times, keeping the fastest) that reports wall time, CPU time (all threads) and peak resident
@@ -40,7 +40,6 @@ GOAL_ROWS_PER_S = 500_000
 
 def child(raw: str, out_dir: str, chunk_mb: str) -> None:
     """Runs in the subprocess: import, preprocess, print one JSON line of measurements."""
-    sys.path.insert(0, str(REPO_ROOT))
     from lecture_code.data.preprocess import preprocess
 
     rss_after_imports = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -79,7 +78,6 @@ def stamp() -> dict:
 
 
 def run(rows: int, workdir: Path, chunk_mb: float, repeat: int) -> dict:
-    sys.path.insert(0, str(REPO_ROOT))
     from lecture_code.data.synthetic import generate_criteo_tsv
 
     raw = workdir / f"criteo_synthetic_{rows}.tsv"
@@ -87,7 +85,15 @@ def run(rows: int, workdir: Path, chunk_mb: float, repeat: int) -> dict:
     generate_criteo_tsv(raw, rows, seed=0)
     generate_seconds = time.perf_counter() - start
     load = os.getloadavg()[0]
-    command = [sys.executable, __file__, "--child", str(raw), str(workdir / f"out_{rows}"), str(chunk_mb)]
+    command = [
+        sys.executable,
+        "-m",
+        "benchmarks.bench_preprocess",
+        "--child",
+        str(raw),
+        str(workdir / f"out_{rows}"),
+        str(chunk_mb),
+    ]
     runs = []
     for _ in range(repeat):  # each in a fresh process; keep the fastest (least disturbed) run
         output = subprocess.run(command, check=True, capture_output=True, text=True, cwd=REPO_ROOT).stdout

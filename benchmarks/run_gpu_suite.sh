@@ -19,9 +19,10 @@ run() {  # run NAME CMD...: tee the output to LOG_DIR/NAME.log, remember failure
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 $py -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 export TORCH_EXTENSIONS_DIR=$PWD/build/torch_extensions
+export PYTHONPATH=$PWD  # the benchmarks import lecture_code and kernels from this checkout
 run gpu_tests $py -m pytest tests -m gpu -q -rs -p no:cacheprovider
-run bench_pointwise $py benchmarks/bench_pointwise.py
-run bench_fused_mlp $py benchmarks/bench_fused_mlp.py
+run bench_pointwise $py -m benchmarks.bench_pointwise
+run bench_fused_mlp $py -m benchmarks.bench_fused_mlp
 prefix=$($py -c 'import torch; print(torch.utils.cmake_prefix_path)')
 run cuda_cmake bash -c "cmake -S kernels/cuda -B build/cuda -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH='$prefix' && cmake --build build/cuda && ctest --test-dir build/cuda --output-on-failure \

@@ -6,7 +6,9 @@ This package stands alone: it never imports ``lecture_code``.
 
 One concept per module; import the public function from its module, e.g.
 ``from kernels.bias_relu import bias_relu`` (the module stays reachable as ``kernels.bias_relu`` for
-``inspect.getsource``). References live in :mod:`kernels.reference`.
+``inspect.getsource``). References live in :mod:`kernels.reference`; the launch helpers every kernel shares
+(argument checks, grid arithmetic, tile rules, the column-sum reduction) in :mod:`kernels.launch`, so kernels
+import from there and never from one another.
 """
 
 from kernels.runtime import ensure_mode

@@ -21,7 +21,7 @@ Backward. ``grad`` is the upstream gradient; with ``dz = grad · act'(z)``::
 
 Derivatives (``s = sigmoid(z) = 1 / (1 + e^(-z))``)::
 
-    relu'(z)      = [z > 0]
+    relu'(z)      = [z > 0]               applied as a select, as torch does: dz = 0 if z ≤ 0 else grad
     sigmoid'(z)   = s · (1 − s)
     silu(z)       = z · s                 silu'(z) = s · (1 + z · (1 − s))
     gelu_tanh(z)  = ½ z (1 + t),  t = tanh(u),  u = c (z + a z³),  c = √(2/π),  a = 0.044715
@@ -32,18 +32,24 @@ Derivatives (``s = sigmoid(z) = 1 / (1 + e^(-z))``)::
 (e^(2u) → ∞ gives 1, → 0 gives −1).
 One exponential and one division per element: not the bottleneck. On an H100 (2026-11-22) the gelu_tanh
 forward ran at 101–114% of the copy ceiling in fp32 from 1024 to 65536 rows × 4096 (timed as device time,
-see ``benchmarks/_bench_utils.py``); the 61–66% of a first benchmark run was host launch overhead leaking
+see ``lecture_code/bench.py``); the 61–66% of a first benchmark run was host launch overhead leaking
 into the timing, not arithmetic.
+
+Special values come out as torch's (``tests/kernels/test_special_values.py``). ReLU is ``where(z < 0, 0, z)``;
+why not ``tl.maximum(z, 0)``: it turns a NaN z into 0 where torch.relu keeps NaN, hiding a diverging run.
+The other formulas need no special case: NaN stays NaN; sigmoid(+inf) = 1, sigmoid(−inf) = 0;
+silu(−inf) = gelu_tanh(−inf) = −inf · 0 = NaN, and the silu and gelu_tanh derivatives at ±inf are NaN
+(inf · 0), all as in torch; relu, silu and gelu_tanh keep −0.0 as −0.0.
 
 Saved for backward: the *inputs* ``x``, ``y``, ``bias`` (alive anyway, so no new memory); ``z`` and
 ``act'(z)`` are recomputed in the backward kernel, where the few extra FLOPs are free. For relu and sigmoid
-the output alone would do (``[out > 0]``, ``out(1 − out)``) and save one read; we keep one rule for all four
-activations. Backward bytes: read grad, x, y; write grad_x, grad_y → 5·M·N·s.
+the output alone would do (``out ≤ 0`` as the mask, ``out(1 − out)``) and save one read; we keep one rule
+for all four activations. Backward bytes: read grad, x, y; write grad_x, grad_y → 5·M·N·s.
 
 ``grad_bias``: each backward program walks a strip of rows and keeps its column sums in fp32 registers,
-writes one row of a ``[G, N]`` fp32 partial buffer, and the small second kernel from
-:mod:`kernels.bias_relu` sums the G rows. Deterministic (unlike ``tl.atomic_add``, whose float sums depend on
-arrival order) and contention-free; the buffer is ≤ 256·N·4 bytes.
+writes one row of a ``[G, N]`` fp32 partial buffer, and the small second kernel of
+:func:`kernels.launch.reduce_partials` sums the G rows. Deterministic (unlike ``tl.atomic_add``, whose float
+sums depend on arrival order) and contention-free; the buffer is ≤ 256·N·4 bytes.
 """
 
 from __future__ import annotations
@@ -52,7 +58,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.bias_relu import (
+from kernels.launch import (
     REDUCE_CONFIGS,
     as_rows,
     cdiv,
@@ -88,7 +94,7 @@ def _gelu_tanh_t(z):
 def _act(z, ACTIVATION: tl.constexpr):
     """act(z) for fp32 ``z``."""
     if ACTIVATION == "relu":
-        return tl.maximum(z, 0.0)
+        return tl.where(z < 0, 0.0, z)  # not tl.maximum(z, 0): that turns NaN into 0, torch.relu keeps NaN
     elif ACTIVATION == "sigmoid":
         return _sigmoid(z)
     elif ACTIVATION == "gelu_tanh":
@@ -98,21 +104,25 @@ def _act(z, ACTIVATION: tl.constexpr):
 
 
 @triton.jit
-def _act_grad(z, ACTIVATION: tl.constexpr):
-    """act'(z) for fp32 ``z`` (formulas in the module docstring)."""
+def _act_backward(g, z, ACTIVATION: tl.constexpr):
+    """dz = g · act'(z) for fp32 ``g`` and ``z`` (formulas in the module docstring).
+
+    relu is a select, as in torch (``threshold_backward``): 0 where z ≤ 0 even if g is NaN or inf, g where
+    z is NaN. The others multiply, as torch does, so a NaN on either side gives NaN.
+    """
     if ACTIVATION == "relu":
-        return tl.where(z > 0, 1.0, 0.0)
+        return tl.where(z <= 0, 0.0, g)
     elif ACTIVATION == "sigmoid":
         s = _sigmoid(z)
-        return s * (1.0 - s)
+        return g * (s * (1.0 - s))
     elif ACTIVATION == "gelu_tanh":
         t = _gelu_tanh_t(z)
-        return 0.5 * (1.0 + t) + 0.5 * z * (1.0 - t * t) * 0.7978845608028654 * (
-            1.0 + 0.134145 * z * z
+        return g * (
+            0.5 * (1.0 + t) + 0.5 * z * (1.0 - t * t) * 0.7978845608028654 * (1.0 + 0.134145 * z * z)
         )  # 3a = 0.134145
     else:  # silu
         s = _sigmoid(z)
-        return s * (1.0 + z * (1.0 - s))
+        return g * (s * (1.0 + z * (1.0 - s)))
 
 
 @triton.jit
@@ -164,7 +174,7 @@ def _add_mul_act_bwd_kernel(
         x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :] * stride_xn, mask=mask, other=0.0)
         y = tl.load(y_ptr + rows[:, None] * stride_ym + cols[None, :] * stride_yn, mask=mask, other=0.0)
         z = x.to(tl.float32) + bias[None, :] + alpha * y.to(tl.float32)  # recomputed, not saved
-        dz = tl.where(mask, g.to(tl.float32) * _act_grad(z, ACTIVATION), 0.0)
+        dz = tl.where(mask, _act_backward(g.to(tl.float32), z, ACTIVATION), 0.0)
         offs = rows[:, None] * N + cols[None, :]
         tl.store(grad_x_ptr + offs, dz.to(grad_x_ptr.dtype.element_ty), mask=mask)
         tl.store(grad_y_ptr + offs, (alpha * dz).to(grad_y_ptr.dtype.element_ty), mask=mask)

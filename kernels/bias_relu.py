@@ -2,20 +2,25 @@
 
 Shapes: ``x`` is ``[M, N]`` (an N-D ``x`` is flattened to ``[prod(leading dims), N]``), ``bias`` is ``[N]``.
 
-Forward::
+Forward, with ``z = x[m, n] + bias[n]``::
 
-    out[m, n] = max(x[m, n] + bias[n], 0)
+    out[m, n] = 0 if z < 0 else z
+
+That is torch.relu exactly, special values included: NaN stays NaN, ±inf and -0.0 pass through (torch 2.13
+on a CPU gives ``relu(-0.0) = -0.0``; so does the CUDA kernel in ``kernels/cuda/pointwise.cuh``).
+Why not ``tl.maximum(z, 0)``: it returns 0 for a NaN z, so a diverging run would look healthy.
 
 Bytes moved (element size s): read M·N·s (x) + N·s (bias), write M·N·s (out) → ≈ 2·M·N·s. Two FLOPs per
 element: the kernel is memory-bound, so its ceiling is the device's copy bandwidth (``y.copy_(x)`` moves
 the same 2·M·N·s). Eager PyTorch runs two kernels (add, then relu) and moves ≈ 4·M·N·s; fusing halves it.
 
-Backward (``z = x + bias``, ``relu'(z) = [z > 0] = [out > 0]``)::
+Backward, torch's rule for relu (``threshold_backward``: a select, not a product, so a NaN or inf upstream
+gradient where the unit is off still gives 0, and a NaN ``out`` passes the gradient on)::
 
-    grad_x[m, n]  = grad[m, n] · [out[m, n] > 0]
+    grad_x[m, n]  = 0 if out[m, n] <= 0 else grad[m, n]
     grad_bias[n]  = Σ_m grad_x[m, n]
 
-Saved for backward: the *output*, not ``x`` and not a boolean mask. ``out > 0`` is exactly the ReLU mask, and
+Saved for backward: the *output*, not ``x`` and not a boolean mask. ``out <= 0`` is exactly the ReLU mask, and
 the output is alive anyway (it is the next layer's input), so saving it costs no memory; a bool mask would
 be a new M·N-byte allocation. In-place mode overwrites ``x`` with ``out``, which is still all we need.
 Backward bytes: read grad and out, write grad_x → 3·M·N·s, plus a small partial-sum buffer (below).
@@ -28,8 +33,8 @@ noise next to the 3·M·N·s of the main pass.
 
 Versions (shared/STYLE.md point 7): ``v1`` is this file: any shape, any strides (non-contiguous rows and
 columns), fp32/fp16/bf16, masked tails, in place or out of place, 2-D tiles picked by a fixed rule
-(:func:`pointwise_tile`). ``v0`` (to be added by the lecture from a real capture) is the kernel exactly as
-torch.compile's inductor wrote it, sizes baked in; it is not written by hand here.
+(:func:`kernels.launch.pointwise_tile`). ``v0`` (to be added by the lecture from a real capture) is the
+kernel exactly as torch.compile's inductor wrote it, sizes baked in; it is not written by hand here.
 
 Tiles: a rule, not the autotuner. On an H100 (triton 3.6, 2026-11-22) 15 of 16 forward tiles from 1×1024
 to 64×64 elements (4 or 8 warps) ran this kernel and add_mul_act's at 90–118% of the copy ceiling for
@@ -44,31 +49,22 @@ backward (a reduction) keeps its small autotuned list.
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
 
-from kernels.runtime import autotune_configs, interpreting
-
-SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
-# Forward tiles: see pointwise_tile. About 4096 elements per program (32 per thread at 4 warps: 16-byte loads,
-# several in flight), at most 1024 columns wide.
-TILE_ELEMENTS = 4096
-MAX_BLOCK_N = 1024
-
-# Backward tiles: each program loops over its row strip BLOCK_M rows at a time.
-REDUCE_CONFIGS = [
-    triton.Config({"BLOCK_M": 32, "BLOCK_N": 256}, num_warps=8),
-    triton.Config({"BLOCK_M": 16, "BLOCK_N": 128}, num_warps=4),
-    triton.Config({"BLOCK_M": 16, "BLOCK_N": 512}, num_warps=8),
-    triton.Config({"BLOCK_M": 64, "BLOCK_N": 128}, num_warps=8),
-    triton.Config({"BLOCK_M": 8, "BLOCK_N": 1024}, num_warps=8),
-]
-MAX_ROW_GROUPS = 256  # G: rows of the fp32 partial-sum buffer for grad_bias
-ROWS_PER_GROUP_MIN = 64
+from kernels.launch import (
+    REDUCE_CONFIGS,
+    as_rows,
+    cdiv,
+    check_device,
+    check_dtype,
+    pointwise_tile,
+    reduce_partials,
+    row_groups,
+    sm_count,
+)
+from kernels.runtime import autotune_configs
 
 
 @triton.jit
@@ -91,7 +87,8 @@ def _bias_relu_fwd_kernel(
     # The bias is loaded once per column tile and broadcast over the BLOCK_M rows.
     bias = tl.load(bias_ptr + cols * stride_b, mask=col_mask, other=0.0).to(tl.float32)
     x = tl.load(x_ptr + rows64[:, None] * stride_xm + cols[None, :] * stride_xn, mask=mask, other=0.0)
-    out = tl.maximum(x.to(tl.float32) + bias[None, :], 0.0)
+    z = x.to(tl.float32) + bias[None, :]
+    out = tl.where(z < 0, 0.0, z)  # relu; not tl.maximum(z, 0), which turns NaN into 0 (torch.relu keeps NaN)
     tl.store(
         out_ptr + rows64[:, None] * stride_om + cols[None, :] * stride_on,
         out.to(out_ptr.dtype.element_ty),
@@ -119,7 +116,7 @@ def _bias_relu_bwd_kernel(
         rows64 = rows.to(tl.int64)
         g = tl.load(grad_ptr + rows64[:, None] * stride_gm + cols[None, :] * stride_gn, mask=mask, other=0.0)
         o = tl.load(out_ptr + rows64[:, None] * stride_om + cols[None, :] * stride_on, mask=mask, other=0.0)
-        gx = tl.where(o > 0, g.to(tl.float32), 0.0)
+        gx = tl.where(o <= 0, 0.0, g.to(tl.float32))  # torch's threshold_backward: NaN out passes grad on
         tl.store(
             grad_x_ptr + rows64[:, None] * stride_gxm + cols[None, :] * stride_gxn,
             gx.to(grad_x_ptr.dtype.element_ty),
@@ -129,117 +126,7 @@ def _bias_relu_bwd_kernel(
     tl.store(partial_ptr + pid_g * N + cols, col_sum, mask=col_mask)  # every group writes its row
 
 
-@triton.jit
-def _column_sum_kernel(partial_ptr, out_ptr, G, N, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr):
-    # out[n] = Σ_g partial[g, n]: the second, small stage of the grad_bias reduction (fixed order).
-    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    col_mask = cols < N
-    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-    for g0 in range(0, G, BLOCK_G):
-        groups = g0 + tl.arange(0, BLOCK_G)
-        mask = (groups < G)[:, None] & col_mask[None, :]
-        acc += tl.sum(
-            tl.load(partial_ptr + groups[:, None] * N + cols[None, :], mask=mask, other=0.0), axis=0
-        )
-    tl.store(out_ptr + cols, acc.to(out_ptr.dtype.element_ty), mask=col_mask)
-
-
 _bwd_tuned = triton.autotune(autotune_configs(REDUCE_CONFIGS), key=["M", "N"])(_bias_relu_bwd_kernel)
-
-
-# Host-side integer helpers. triton.cdiv / triton.next_power_of_2 work here too, but recent Triton wraps them
-# for use inside kernels and a host call then costs ~5 µs; a launcher makes several per call.
-def cdiv(a: int, b: int) -> int:
-    """⌈a / b⌉ for positive ints."""
-    return -(-a // b)
-
-
-def next_pow2(n: int) -> int:
-    """The smallest power of two ≥ n (1 for n ≤ 1)."""
-    return 1 << max(0, n - 1).bit_length()
-
-
-@functools.cache
-def _cuda_sm_count(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
-
-
-def sm_count(device: torch.device) -> int:
-    """Streaming multiprocessors on ``device``: how many programs run at once, at least. 1 under the
-    interpreter, which runs programs one after another (so there, fewer and larger programs are faster)."""
-    if device.type != "cuda":
-        return 1
-    return _cuda_sm_count(device.index if device.index is not None else torch.cuda.current_device())
-
-
-def pointwise_tile(M: int, N: int, num_sms: int) -> tuple[int, int]:
-    """(BLOCK_M, BLOCK_N) for an elementwise pass over ``[M, N]``; the kernels run it with 4 warps.
-
-    - ``BLOCK_N``: the row, up to 1024 columns (a power of two: ``tl.arange`` needs one), so each warp reads
-      long contiguous runs and every thread issues 16-byte loads;
-    - ``BLOCK_M``: enough rows for ≈ ``TILE_ELEMENTS`` per program (tall tiles when N is narrow, so few lanes
-      are masked), no more rows than M has;
-    - then halve ``BLOCK_M`` while there are fewer than 4 programs per SM: a small problem still spreads over
-      the whole GPU instead of leaving SMs idle.
-    """
-    block_n = min(next_pow2(N), MAX_BLOCK_N)
-    block_m = min(max(1, TILE_ELEMENTS // block_n), next_pow2(M))
-    while block_m > 1 and cdiv(M, block_m) * cdiv(N, block_n) < 4 * num_sms:
-        block_m //= 2
-    return block_m, block_n
-
-
-def check_device(fn: str, name: str, t: torch.Tensor, x: torch.Tensor) -> None:
-    """``t`` (called ``name``) is on x's device, which Triton can use (CUDA, or CPU when interpreting)."""
-    if t.device != x.device:
-        raise ValueError(f"{fn}: {name} is on {t.device} but x is on {x.device}")
-    if t.device.type != "cuda" and not (interpreting() and t.device.type == "cpu"):
-        raise ValueError(
-            f"{fn}: {name} is on {t.device}; Triton kernels need CUDA tensors "
-            "(or CPU tensors with TRITON_INTERPRET=1)"
-        )
-
-
-def check_dtype(fn: str, name: str, t: torch.Tensor, x: torch.Tensor) -> None:
-    """``t`` (called ``name``) has a supported dtype, the same as x's."""
-    if t.dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"{fn}: {name} has dtype {t.dtype}, not supported (use float32, float16 or bfloat16)")
-    if t.dtype != x.dtype:
-        raise TypeError(f"{fn}: {name} has dtype {t.dtype} but x has {x.dtype}")
-
-
-def as_rows(t: torch.Tensor, name: str, need_view: bool = False) -> torch.Tensor:
-    """``[..., N]`` → ``[M, N]``: a view when the strides allow, else a copy (refused if ``need_view``)."""
-    if t.dim() == 2:
-        return t
-    if t.dim() < 1:
-        raise ValueError(f"{name} must have at least 1 dimension, got a 0-d tensor")
-    if t.dim() == 1:
-        return t.view(1, -1)
-    try:
-        return t.view(-1, t.shape[-1])
-    except RuntimeError:
-        if need_view:
-            raise ValueError(
-                f"{name} of shape {tuple(t.shape)} and strides {t.stride()} cannot be flattened to 2-D "
-                "without a copy, so it cannot be written in place"
-            ) from None
-        return t.reshape(-1, t.shape[-1])
-
-
-def reduce_partials(partial: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Sum a ``[G, N]`` fp32 partial buffer over its rows into a new ``[N]`` tensor of ``dtype``."""
-    G, N = partial.shape
-    out = torch.empty(N, device=partial.device, dtype=dtype)
-    block_n = 256
-    _column_sum_kernel[(cdiv(N, block_n),)](partial, out, G, N, BLOCK_G=32, BLOCK_N=block_n)
-    return out
-
-
-def row_groups(M: int) -> tuple[int, int]:
-    """(G, rows per group) for the backward: ≥ ROWS_PER_GROUP_MIN rows each, at most MAX_ROW_GROUPS groups."""
-    G = max(1, min(cdiv(M, ROWS_PER_GROUP_MIN), MAX_ROW_GROUPS))
-    return G, cdiv(M, G)
 
 
 def _check(x: torch.Tensor, bias: torch.Tensor, out: torch.Tensor | None) -> None:

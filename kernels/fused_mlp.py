@@ -26,6 +26,9 @@ The fix: each program owns a block of *rows* and the *full* hidden width on chip
 3. for each output tile: ``y[rows, n-tile] = act(h · W2[n-tile, :]ᵀ + b2)``; the whole reduction over H is
    inside this program, so the epilogue is exact. N itself is looped over, so only H must fit.
 
+Both ReLUs are ``where(z < 0, 0, z)``, torch.relu's results for NaN, ±inf and -0.0; why not
+``tl.maximum(z, 0)``: it turns NaN into 0, so a row of x with a NaN would come out finite instead of NaN.
+
 The limit: the accumulator is ``BLOCK_M × BLOCK_H`` fp32 in registers (``BLOCK_H`` = H rounded up to a power
 of two, at least 16, because ``tl.dot`` tiles are powers of two). We allow ``BLOCK_M · BLOCK_H ≤ 16384``
 values (64 KB) for fp32 inputs and 32768 for 16-bit ones (whose K-loop tiles take half the shared memory),
@@ -40,38 +43,37 @@ Launch parameters come from a rule (:func:`launch_params`), read off a sweep of 
 warps × stages on an H100 (triton 3.6, 2026-11-22), not from the autotuner: the autotuner's dispatch is
 Python on every call, and this kernel is often so short that the host, not the GPU, sets its pace.
 
-What the measurements show (H100, torch 2.11, triton 3.6, 2026-11-22, ``benchmarks/bench_fused_mlp.py``:
-median *device* time; every provider under the same fp32 matmul precision):
+What the measurements show (``benchmarks/bench_fused_mlp.py``, median *device* time, every provider under
+the same fp32 matmul precision). The numbers are in the committed CSV under ``benchmarks/results/fused_mlp/``
+(stamped with device, versions and date) and notebook 04 prints the ratios from it; this docstring states
+none, so it cannot drift from them. On the H100 run:
 
 - DLRM top tail (K = 512, H = 256, N = 1), the case fusion is for (h, M × 256, is the largest tensor eager
-  moves): fused is fastest at every M in bf16, 12–51 µs against eager's 19–92 (0.48–0.66×), and in TF32,
-  16–113 µs against 21–167 (0.59–0.79×); torch.compile took 0.79–0.99× of eager's time there.
-- LoRA rank 16 (K = N = 4096, H = 16): about eager's speed (bf16 0.92–1.20×, TF32 0.89–1.60×, the slow end
-  at M ≤ 1024). There is nothing to save: h is M × 16, and both sides are bound by reading x and writing y
-  (M = 65536: bf16 406 µs, 88% of the copy ceiling; TF32 737 µs, 97%). At small M each program's 4096-long
-  K loop is latency; splitting the output tiles over programs took bf16 M = 256 from 92 µs to 21 µs, where
-  eager's three kernels take 18.
-- fp32 without TF32 (PyTorch's default precision, ``"highest"``): fused is 1.35–3.4× *slower* than eager.
-  Its dots are fp32 FMA on the CUDA cores, where this kernel reaches ≈ 18 TFLOP/s at M = 65536 against
-  cuBLAS SGEMM's ≈ 38 (DLRM tail: 970 against 456 µs). That is compute-bound, so the bytes fusion saves do
-  not help. Use bf16, or allow TF32 (``torch.set_float32_matmul_precision("high")``), which the kernel obeys.
-- Host time per call, measured separately on that machine's CPU (noisy): eager 45–100 µs (3–4 launches),
-  torch.compile 90–200 µs (guards and launches), fused 55–140 µs (argument checks and one launch). Up to
-  M ≈ 4096 that is longer than the device time for all three: a small-M MLP called from a Python loop is
-  launch-bound whichever is used (CUDA graphs or ``torch.compile(mode="reduce-overhead")`` fix that, a
-  faster kernel does not). A first benchmark run, timed with plain ``do_bench``, showed this kernel at
-  80–130 µs for small M: that was its host time (then with autotuner dispatch) leaking into the timing.
+  moves): fused is the fastest provider at every M, in bf16 and in TF32.
+- LoRA rank 16 (K = N = 4096, H = 16): no consistent win. Slower than eager at small M, within a few percent
+  either way at large M (ahead at some sizes, behind at others): there is little to save, h is only M × 16,
+  and both sides are bound by reading x and writing y. At small M each
+  program's 4096-long K loop is latency, which is why :func:`launch_params` splits the output tiles over
+  more programs there.
+- fp32 without TF32 (PyTorch's default precision, ``"highest"``): fused is *slower* than eager at every M.
+  Its dots are fp32 FMA on the CUDA cores, where at the DLRM shape it reaches about half the TFLOP/s of
+  eager's cuBLAS GEMMs: compute-bound, so the bytes fusion saves do not help. Use bf16, or allow TF32
+  (``torch.set_float32_matmul_precision("high")``), which the kernel obeys.
+- The CSV's ``host us`` column is the CPU time per call (:func:`lecture_code.bench.host_us`). Where it
+  exceeds the device time, a small-M MLP called from a Python loop is launch-bound whichever provider is
+  used: CUDA graphs or ``torch.compile(mode="reduce-overhead")`` fix that, a faster kernel does not. (A first
+  benchmark run timed with plain ``do_bench`` counted part of this kernel's host time, then with autotuner
+  dispatch, as device time: ``lecture_code/bench.py`` explains.)
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
-from kernels.bias_relu import cdiv, check_device, check_dtype, next_pow2, sm_count
+from kernels.configs import MlpConfig
+from kernels.launch import cdiv, check_device, check_dtype, next_pow2, sm_count
 from kernels.runtime import dot_upcast, interpreting
 
 MAX_HIDDEN = 256  # largest BLOCK_H: see the module docstring
@@ -118,9 +120,11 @@ def _fused_mlp_fwd_kernel(
             w1t = w1t.to(tl.float32)
         acc = tl.dot(x, w1t, acc, input_precision=INPUT_PRECISION)
 
-    # 2. h = relu(acc + b1); padded hidden columns are relu(0 + 0) = 0 and add nothing below.
+    # 2. h = relu(acc + b1), as torch.relu (NaN stays NaN, not tl.maximum). Padded hidden columns are set to 0
+    # explicitly: their acc is x · 0, which is NaN where x holds an inf or a NaN, and would poison the row.
     b1 = tl.load(b1_ptr + hid * stride_b1, mask=hid_mask, other=0.0).to(tl.float32)
-    h = tl.maximum(acc + b1[None, :], 0.0).to(out_ptr.dtype.element_ty)
+    z1 = acc + b1[None, :]
+    h = tl.where(hid_mask[None, :], tl.where(z1 < 0, 0.0, z1), 0.0).to(out_ptr.dtype.element_ty)
     if DOT_UPCAST:
         h = h.to(tl.float32)
 
@@ -140,7 +144,7 @@ def _fused_mlp_fwd_kernel(
         if FINAL == "sigmoid":
             z = 1.0 / (1.0 + tl.exp(-z))
         elif FINAL == "relu":
-            z = tl.maximum(z, 0.0)
+            z = tl.where(z < 0, 0.0, z)
         tl.store(
             out_ptr + rows[:, None] * stride_om + ns[None, :] * stride_on,
             z.to(out_ptr.dtype.element_ty),
@@ -152,18 +156,9 @@ def _pow2_at_least_16(n: int) -> int:
     return max(16, next_pow2(n))
 
 
-@dataclass(frozen=True)
-class LaunchParams:
-    block_m: int  # rows per program
-    block_h: int  # the whole hidden width, padded to a power of two
-    block_n: int  # output columns per tile of the second GEMM
-    block_k: int  # K step of the first GEMM
-    split: int  # programs that share one row block, each taking every split-th output tile
-    num_warps: int
-    num_stages: int  # software-pipelining depth of the K loop
-
-
-def launch_params(M: int, K: int, H: int, N: int, dtype: torch.dtype, tensor_cores: bool, num_sms: int):
+def launch_params(
+    M: int, K: int, H: int, N: int, dtype: torch.dtype, tensor_cores: bool, num_sms: int
+) -> MlpConfig:
     """Tiles, output split, warps and pipeline depth for ``[M, K] → H → N``: a rule, not autotuning.
 
     ``tensor_cores``: the dots run on tensor cores (fp16/bf16, or fp32 as TF32); otherwise they are fp32 FMA
@@ -199,7 +194,7 @@ def launch_params(M: int, K: int, H: int, N: int, dtype: torch.dtype, tensor_cor
         num_warps = 8 if block_m * block_h > 64 * 128 else 4
         block_k, num_stages = 64, 3
     block_k = min(block_k, _pow2_at_least_16(K))  # no K step longer than K itself
-    return LaunchParams(block_m, block_h, block_n, block_k, split, num_warps, num_stages)
+    return MlpConfig(block_m, block_h, block_n, block_k, split, num_warps, num_stages)
 
 
 def _check(x, w1, b1, w2, b2, final_activation: str) -> None:
@@ -243,10 +238,12 @@ def fused_mlp(
     w2: torch.Tensor,
     b2: torch.Tensor,
     final_activation: str = "sigmoid",
+    config: MlpConfig | None = None,
 ) -> torch.Tensor:
     """``act(relu(x W1ᵀ + b1) W2ᵀ + b2)`` in one Triton kernel, the hidden activations never leaving the chip.
 
-    Any strides; H ≤ :data:`MAX_HIDDEN`. Returns ``[..., N]`` in x's dtype. Forward only.
+    Any strides; H ≤ :data:`MAX_HIDDEN`. Returns ``[..., N]`` in x's dtype. Forward only. ``config``: an
+    :class:`~kernels.configs.MlpConfig` whose set fields override the rule's (:func:`launch_params`).
     """
     _check(x, w1, b1, w2, b2, final_activation)
     x2 = x.reshape(-1, x.shape[-1]) if x.dim() != 2 else x
@@ -262,6 +259,10 @@ def fused_mlp(
     )
     tensor_cores = x.dtype != torch.float32 or use_tf32
     p = launch_params(M, K, H, N, x.dtype, tensor_cores, sm_count(x.device))
+    if config is not None:
+        p = config.filled(p)
+        if p.block_h < H:
+            raise ValueError(f"fused_mlp: config.block_h={p.block_h} does not cover the hidden width H={H}")
     _fused_mlp_fwd_kernel[(p.split * cdiv(M, p.block_m),)](
         x2, w1, b1, w2, b2, out, M, K, H, N, p.split,
         x2.stride(0), x2.stride(1), w1.stride(0), w1.stride(1), b1.stride(0), w2.stride(0), w2.stride(1),

@@ -48,3 +48,107 @@ def fused_mlp(
     if final_activation == "none":
         return z
     return ACTIVATIONS[final_activation](z)
+
+
+def lora_linear(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    lora_a: torch.Tensor,
+    lora_b: torch.Tensor,
+    scale: float,
+    bias: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """LoRA linear ``x Wᵀ + b + s·(x Aᵀ) Bᵀ``: x ``[..., K]``, W ``[N, K]``, A ``[r, K]``, B ``[N, r]``
+    → ``[..., N]``.
+
+    Eager PyTorch in the input dtype (t = x Aᵀ rounded to it, as PEFT computes it); differentiable in
+    everything. Tests call it on float64 copies for the exact answer.
+    """
+    return torch.nn.functional.linear(x, weight, bias) + scale * ((x @ lora_a.t()) @ lora_b.t())
+
+
+class _LoRAUnslothOrder(torch.autograd.Function):
+    """The best plain-PyTorch order (after unsloth's ``LoRA_MLP``): base GEMM, then
+    ``out.addmm_(t, Bᵀ, alpha=s)`` in place; hand-written backward ``dX = dY W + s (dY B) A``,
+    ``dA = s (dY B)ᵀ x``, ``dB = s dYᵀ t``, saving x and t = x Aᵀ."""
+
+    @staticmethod
+    def forward(ctx, x, weight, lora_a, lora_b, scale, bias):
+        x2 = x.reshape(-1, x.shape[-1])
+        out = torch.nn.functional.linear(x2, weight, bias)
+        t = x2 @ lora_a.t()
+        out.addmm_(t, lora_b.t(), alpha=scale)
+        ctx.save_for_backward(x2, weight, lora_a, lora_b, t)
+        ctx.scale = scale
+        return out.view(*x.shape[:-1], out.shape[-1])
+
+    @staticmethod
+    def backward(ctx, grad):
+        x2, weight, lora_a, lora_b, t = ctx.saved_tensors
+        s = ctx.scale
+        dy = grad.reshape(-1, grad.shape[-1])
+        u = dy @ lora_b
+        dx = (dy @ weight).addmm_(u, lora_a, alpha=s)
+        da = (u.t() @ x2).mul_(s)
+        db = (dy.t() @ t).mul_(s)
+        return dx.view(grad.shape[:-1] + (x2.shape[1],)), None, da, db, None, None
+
+
+def lora_linear_unsloth_order(x, weight, lora_a, lora_b, scale, bias=None):
+    """:func:`lora_linear` in unsloth's order (weight and bias frozen: no gradient for them)."""
+    return _LoRAUnslothOrder.apply(x, weight, lora_a, lora_b, scale, bias)
+
+
+def embedding_tbe(
+    weight: torch.Tensor,
+    table_offsets: torch.Tensor,
+    ids: torch.Tensor,
+    offsets: torch.Tensor | None = None,
+    pooling: str = "sum",
+) -> torch.Tensor:
+    """Table-batched pooled lookup → ``[B, F, D]``: packed ``weight [R, D]``, ``table_offsets`` int64
+    ``[F+1]``, local ``ids [B, F]`` / ``[B, F, L]``, or flat ``[nnz]`` with ``offsets [B·F+1]``
+    (bag ``b·F + f``).
+
+    ``F.embedding_bag`` over the global rows (differentiable in ``weight``: its ``.grad`` is the dense
+    gradient an outer optimizer would use). Empty bags give zeros.
+    """
+    F, D = table_offsets.numel() - 1, weight.shape[1]
+    if offsets is None:
+        B = ids.shape[0]
+        flat = ids.reshape(B * F, -1)  # [B·F, L]: one row per bag
+        rows = flat + table_offsets[:-1].repeat(B)[:, None]
+        out = torch.nn.functional.embedding_bag(rows, weight, mode=pooling)
+        return out.view(B, F, D)
+    B = (offsets.numel() - 1) // F
+    lengths = offsets[1:] - offsets[:-1]
+    feature = torch.repeat_interleave(torch.arange(B * F, device=ids.device) % F, lengths)
+    rows = ids + table_offsets[feature]
+    out = torch.nn.functional.embedding_bag(rows, weight, offsets, mode=pooling, include_last_offset=True)
+    return out.view(B, F, D)
+
+
+def rowwise_adagrad_step(
+    weight: torch.Tensor, state: torch.Tensor, grad: torch.Tensor, lr: float, eps: float
+) -> None:
+    """FBGEMM's exact row-wise Adagrad, in place, on the rows whose dense gradient ``grad [R, D]`` is nonzero
+    (a touched row with a zero gradient would not change either): ``state_r += mean_D(g_r²)``,
+    ``w_r -= lr · g_r / (sqrt(state_r) + eps)``. fp32 math."""
+    touched = (grad != 0).any(dim=1)
+    g = grad[touched].float()
+    state[touched] += (g * g).mean(dim=1)
+    update = lr * g / (state[touched].sqrt() + eps)[:, None]
+    weight[touched] = (weight[touched].float() - update).to(weight.dtype)
+
+
+def interaction_dot(dense: torch.Tensor, sparse: torch.Tensor) -> torch.Tensor:
+    """DLRM's dot interaction: dense ``[B, D]``, sparse ``[B, Fs, D]`` → ``[B, D + F(F-1)/2]`` (F = Fs + 1).
+
+    ``T = [dense; sparse]`` ``[B, F, D]``, ``Z = T Tᵀ``, the strict lower triangle ``Z[i, j], i > j`` in
+    row-major order (``torch.tril_indices(F, F, -1)``, DLRM's ``li, lj``), after ``dense``. Eager PyTorch.
+    """
+    t = torch.cat([dense.unsqueeze(1), sparse], dim=1)
+    n = t.shape[1]
+    i, j = torch.tril_indices(n, n, offset=-1, device=t.device)
+    z = torch.bmm(t, t.transpose(1, 2))
+    return torch.cat([dense, z[:, i, j]], dim=1)

@@ -1,6 +1,7 @@
 """One place decides how kernels run: on a GPU, or on a CPU through Triton's interpreter.
 
-- GPU when ``torch.cuda.is_available()``: Triton compiles real kernels, autotuning benchmarks configs.
+- GPU when ``torch.cuda.is_available()`` and ``TRITON_INTERPRET`` is not on: Triton compiles real kernels,
+  autotuning benchmarks configs, :func:`default_device` is cuda.
 - CPU otherwise: ``TRITON_INTERPRET=1`` must be in the environment *before* any ``@triton.jit`` decorator
   runs. ``kernels/__init__.py`` calls :func:`ensure_mode` first thing, so importing anything from
   ``kernels`` is enough. A user who set ``TRITON_INTERPRET`` themselves is respected.
@@ -44,9 +45,13 @@ def ensure_mode() -> str:
     return mode()
 
 
+# How Triton reads TRITON_INTERPRET (triton 3.6-3.9: these words, any case, no spaces; anything else is off).
+_TRUTHY = ("1", "true", "on", "yes", "y")
+
+
 def interpreting() -> bool:
-    """True when Triton kernels run under the CPU interpreter."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    """True when Triton kernels run under the CPU interpreter (``TRITON_INTERPRET``, read as Triton does)."""
+    return os.environ.get("TRITON_INTERPRET", "").lower() in _TRUTHY
 
 
 def mode() -> str:
@@ -55,7 +60,13 @@ def mode() -> str:
 
 
 def default_device() -> torch.device:
-    """The device tensors for kernels should live on: cuda when present, else cpu."""
+    """The device for kernels, models and tensors: the one decision, for the whole repository
+    (``lecture_code.environment.device`` returns this).
+
+    cuda when a GPU is present and Triton is not interpreting; cpu otherwise, also on a GPU machine where
+    ``TRITON_INTERPRET=1`` is set (the interpreter runs kernels on the host, and :func:`mode` then says
+    ``"cpu-interpreter"`` and :func:`sizes` the small sizes).
+    """
     return torch.device("cuda" if has_gpu() and not interpreting() else "cpu")
 
 

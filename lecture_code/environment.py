@@ -14,8 +14,12 @@ REPO_ROOT = Path(__file__).resolve().parents[1]  # notebooks run in notebooks/; 
 
 
 def device() -> torch.device:
-    """The device for models and tensors: cuda when present, else cpu (one helper decides)."""
-    return torch.device("cuda" if runtime.has_gpu() else "cpu")
+    """The device for models and tensors: :func:`kernels.runtime.default_device` decides, for everyone.
+
+    cuda when a GPU is present and Triton is not interpreting; cpu otherwise (also on a GPU machine where the
+    user set ``TRITON_INTERPRET=1``: interpreted kernels read CPU tensors).
+    """
+    return runtime.default_device()
 
 
 def describe() -> dict[str, str]:

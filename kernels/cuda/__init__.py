@@ -26,11 +26,12 @@ where that cannot work. The ops are forward-only: no autograd formula is registe
 from __future__ import annotations
 
 import functools
+import re
 from pathlib import Path
 
 import torch
 
-__all__ = ["SOURCES", "add_mul_relu", "bias_relu", "load"]
+__all__ = ["SOURCES", "add_mul_relu", "bias_relu", "comment_block", "definition", "load"]
 
 CUDA_DIR = Path(__file__).resolve().parent
 SOURCES = [CUDA_DIR / "pointwise.cu", CUDA_DIR / "binding.cpp"]
@@ -40,6 +41,39 @@ EXTENSION_NAME = "fused_kernels_cuda"  # also the namespace of the ops: torch.op
 # division, no transcendentals). -lineinfo maps SASS back to source lines in Nsight Compute.
 EXTRA_CUDA_CFLAGS = ["-O3", "-lineinfo"]
 EXTRA_CFLAGS = ["-O3"]
+
+
+def definition(name: str, path: Path | str = CUDA_DIR / "pointwise.cuh") -> str:
+    """The source text of the function or kernel ``name`` in a file here, as written: the comment and
+    ``template`` lines just above it, the signature, and the body to its closing brace. For showing the real
+    code in a notebook (never a retyped copy)."""
+    lines = Path(path).read_text().splitlines()
+    call = re.compile(rf"\b{re.escape(name)}\(")
+    starts = [i for i, line in enumerate(lines) if call.search(line) and not line.lstrip().startswith("//")]
+    if not starts:
+        raise ValueError(f"no definition of {name!r} in {Path(path).name}")
+    first = starts[0]
+    while first > 0 and lines[first - 1].strip():  # the template line, attributes, the comment above
+        first -= 1
+    depth, opened = 0, False
+    for last in range(starts[0], len(lines)):
+        depth += lines[last].count("{") - lines[last].count("}")
+        opened = opened or "{" in lines[last]
+        if opened and depth == 0:
+            return "\n".join(lines[first : last + 1])
+    raise ValueError(f"the body of {name!r} in {Path(path).name} never closes")
+
+
+def comment_block(starts_with: str, path: Path | str = CUDA_DIR / "pointwise.cuh") -> str:
+    """The run of ``//`` comment lines in a file here from the line that starts ``// starts_with``."""
+    lines = Path(path).read_text().splitlines()
+    begin = next((i for i, line in enumerate(lines) if line.startswith(f"// {starts_with}")), None)
+    if begin is None:
+        raise ValueError(f"no comment starting {starts_with!r} in {Path(path).name}")
+    end = begin
+    while end < len(lines) and lines[end].startswith("//"):
+        end += 1
+    return "\n".join(lines[begin:end])
 
 
 def _why_unavailable() -> str | None:

@@ -29,18 +29,34 @@
 //     the constant (stride * kVec) % cols each step with a single wrap, because 64-bit division costs
 //     dozens of instructions and would make this kernel compute-bound if done per element.
 //
-// Mistakes of the original lecture code that this file fixes:
-//   1. `blocks = n / threads` dropped the tail and the kernel had no `if (i < n)`: here the block count is a
-//      ceil-div, and the loop condition `i < n_items` is the bounds check (tail, tiny and odd shapes).
-//   2. rows mapped to gridDim.y, which fails past 65535 rows: here a 1-D grid over flat work items.
-//   3. one thread per element with a grid as large as the problem, which breaks past the grid limits
-//      (2^31 - 1 blocks in x, 65535 in y) and pays a block launch per 256 elements: here the grid is capped
-//      at one wave of resident blocks and a grid-stride loop covers the rest.
-//   4. bias indexed with the flat index i instead of its column i % cols: here the column cursor above.
-//   5. no error check after the launch and a cudaDeviceSynchronize() after every launch "to be safe": here the
-//      launcher returns cudaGetLastError() (the caller checks it) and never synchronizes.
-//   6. launches on the default stream: here the caller passes the stream (torch's current stream).
-//   7. 32-bit indices, which overflow past 2^31 elements: here int64_t everywhere an index can grow.
+// Mistakes of the original lecture's CUDA code, quoted from kapilsh/cuda-mode-lecture (its FusedKernels.ipynb
+// prints kernels/src/pointwise_add_relu_fused.cu and kernels/src/fused_kernels_lora_on_mlp.cu), and what
+// this file does instead:
+//   1. The block is one row of the tensor: `auto XBLOCK = sizes[1];` then `dim3 threadsPerBlock(XBLOCK);`
+//      (add_relu_fusion), and `dim3 threadsPerBlock(sizes[1]);` (fused_add_mul_relu). A block holds at most
+//      1024 threads, so a tensor with more than 1024 columns does not launch at all. Here the block is a
+//      constant kThreads = 256, whatever the shape.
+//   2. fused_add_mul_relu takes its grid from the other dimension: `const int XBLOCK = sizes[0];` and
+//      `dim3 numBlocks((numel + XBLOCK - 1) / XBLOCK);`, i.e. ceil(rows * cols / rows) = cols blocks of
+//      cols threads. That is cols * cols threads for rows * cols elements: when rows > cols the last rows
+//      are never computed (its test used 8 x 10). Here one 1-D grid over flat work items, grid-stride loop.
+//   3. The multiplier is a double: `const double multiplier` and `multiplier * tmp3 + tmp0 + tmp1`, so the
+//      float operands are promoted and the expression is FP64 math, rounded back to float on the store
+//      (FP64 units are scarce on many GPUs). Here alpha is a float and all math is fp32.
+//   4. `cudaDeviceSynchronize();` after every launch, and no error check: the host waits for each kernel,
+//      and a launch that fails (item 1) returns as if it had worked. Here the launcher returns
+//      cudaGetLastError(), the binding checks it (C10_CUDA_CHECK), and nothing synchronizes.
+//   5. No checks of dtype, device, contiguity or shape: the binding calls `in_out.data_ptr<float>()` (which
+//      only throws for a non-float dtype), so a CPU tensor's pointer is handed to the GPU, a transposed
+//      tensor is read in memory order (wrong values), and a bias shorter than a row is read past its end.
+//      Here binding.cpp checks each one (check_inputs) and says what to do.
+//   6. ReLU as `max(0.0f, tmp2)`: CUDA's max(float, float) is fmaxf, which returns the number when the other
+//      operand is NaN, so a NaN comes out 0 where torch.relu keeps it. Here `z < 0 ? 0 : z` (see relu).
+//   7. Launches on the default stream (`<<<numBlocks, threadsPerBlock>>>`), not torch's current stream: out
+//      of order under `torch.cuda.stream(...)`, outside a CUDA-graph capture. Here the caller passes the
+//      stream (the binding: torch's current one).
+//   8. 32-bit indices: `const int xnumel` receives the int64 `numel`, and `int index = blockIdx.x *
+//      blockDim.x + threadIdx.x;` overflows past 2^31 elements. Here int64_t wherever an index can grow.
 #pragma once
 
 #include <cuda_bf16.h>

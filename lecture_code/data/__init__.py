@@ -1,8 +1,12 @@
 """Criteo data: raw reader, preprocessing to parquet, synthetic default data, tensors and batches.
 
 raw TSV (Kaggle train.txt, 1TB day_N, or synthetic)        schema.py, synthetic.py
-  -> CriteoReader: typed chunks, malformed rows reported    reader.py, hexids.py, malformed.py
+  or the competition's CSV with a header (train.csv)       layout.py: decided from the first line
+  -> CriteoReader: typed chunks, malformed rows reported    reader.py, csv_chunks.py, hexids.py, malformed.py
   -> preprocess: data.parquet + vocabulary.npz + metadata   preprocess.py, vocabulary.py, metadata.py
+     written into a staging folder, renamed when complete  staging.py
+     refused whole (RawFileError, nothing written): an unknown header, an empty file, no valid row,
+     more malformed lines than max_malformed (default 1%)
   -> load_tensors / iter_batches: torch tensors, batches     dataset.py
 ensure_default_data(): all of the above for the synthetic default, once   default_data.py
 """
@@ -21,7 +25,8 @@ from .dataset import (
     train_holdout_split,
 )
 from .default_data import ensure_default_data
-from .malformed import MalformedReport, MalformedRow, MalformedRowError
+from .layout import RawLayout, detect_layout
+from .malformed import DEFAULT_MAX_MALFORMED, MalformedReport, MalformedRow, MalformedRowError, RawFileError
 from .metadata import CriteoMetadata, DenseFeatureStats, SparseFeatureStats, load_metadata, save_metadata
 from .preprocess import preprocess, transform_dense
 from .reader import CriteoChunk, CriteoReader, iter_criteo_chunks
@@ -34,10 +39,12 @@ from .schema import (
     NUM_SPARSE,
     SPARSE_COLUMNS,
 )
+from .staging import remove_stale_staging
 from .synthetic import generate_criteo_tsv, scramble_ids, unscramble_ids
 from .vocabulary import VocabularyCounter, build_vocabulary, vocabulary_rows
 
 __all__ = [
+    "DEFAULT_MAX_MALFORMED",
     "DENSE_COLUMNS",
     "KAGGLE_CARDINALITIES",
     "LABEL",
@@ -54,9 +61,12 @@ __all__ = [
     "MalformedReport",
     "MalformedRow",
     "MalformedRowError",
+    "RawFileError",
+    "RawLayout",
     "SparseFeatureStats",
     "VocabularyCounter",
     "build_vocabulary",
+    "detect_layout",
     "ensure_default_data",
     "epoch_permutation",
     "generate_criteo_tsv",
@@ -67,6 +77,7 @@ __all__ = [
     "load_tensors",
     "num_batches",
     "preprocess",
+    "remove_stale_staging",
     "save_metadata",
     "scramble_ids",
     "split_indices",

@@ -13,6 +13,10 @@
    carriage returns; those lines are recorded and cut out; the rest is parsed with every column as raw
    bytes, for reader.py to validate value by value.
 
+The layout (layout.py) gives the delimiter, the columns in file order (an ``Id`` column is parsed and
+dropped) and the header line to skip; the default, Kaggle's headerless TSV, is the path measured by
+benchmarks/bench_preprocess.py.
+
 Why not one ``pyarrow.csv.open_csv`` with an ``invalid_row_handler`` over the whole file: the handler's
 ``InvalidRow.number`` is None in pyarrow's streaming reader (line numbers would be lost), pyarrow treats
 ``\\r\\n`` as a line end (CRLF rows would pass unnoticed), and its int64 conversion trims spaces and reads
@@ -22,6 +26,7 @@ of the fast path, at the cost of four ``find`` scans (memchr speed) per chunk.
 
 from __future__ import annotations
 
+import functools
 import mmap
 import os
 from collections.abc import Iterator
@@ -32,31 +37,41 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pcsv
 
+from .layout import HEAD_BYTES, TSV_LAYOUT, RawLayout
 from .malformed import CARRIAGE_RETURN, FIELD_COUNT, MalformedRow, shorten
-from .schema import DENSE_COLUMNS, HEX_WIDTH, LABEL, NUM_FIELDS, RAW_COLUMNS, SPARSE_COLUMNS
+from .schema import DENSE_COLUMNS, HEX_WIDTH, LABEL, RAW_COLUMNS, SPARSE_COLUMNS
 
 DEFAULT_CHUNK_BYTES = 8 << 20  # raw bytes per chunk (about 33k Kaggle lines; 8 MiB measured best)
 PARSE_BLOCK_BYTES = 1 << 20  # pyarrow's block size inside a chunk (1 MiB measured fastest: cache-sized)
 SUSPECT_BYTES = (b"\r", b" ", b"x", b"X")  # bytes that pyarrow would hide or forgive (see above)
 COMPRESSION = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".lz4": "lz4"}
 
-_PARSE = pcsv.ParseOptions(delimiter="\t", quote_char=False, double_quote=False, ignore_empty_lines=False)
-_TYPED = pcsv.ConvertOptions(
-    column_types={
-        LABEL: pa.int8(),
-        **dict.fromkeys(DENSE_COLUMNS, pa.int64()),
-        **dict.fromkeys(SPARSE_COLUMNS, pa.binary(HEX_WIDTH)),  # fixed width: other lengths raise
-    },
-    strings_can_be_null=True,
-    null_values=[""],
-    quoted_strings_can_be_null=False,
-)
-_RAW = pcsv.ConvertOptions(
-    column_types=dict.fromkeys(RAW_COLUMNS, pa.binary()),
-    strings_can_be_null=True,
-    null_values=[""],
-    quoted_strings_can_be_null=False,
-)
+_TYPES = {
+    LABEL: pa.int8(),
+    **dict.fromkeys(DENSE_COLUMNS, pa.int64()),
+    **dict.fromkeys(SPARSE_COLUMNS, pa.binary(HEX_WIDTH)),  # fixed width: other lengths raise
+}
+
+
+@dataclass(frozen=True)
+class _ArrowOptions:
+    parse: pcsv.ParseOptions
+    typed: pcsv.ConvertOptions  # the fast path
+    raw: pcsv.ConvertOptions  # the slow path: every column as bytes
+
+
+@functools.cache
+def _arrow_options(layout: RawLayout) -> _ArrowOptions:
+    parse = pcsv.ParseOptions(
+        delimiter=layout.delimiter, quote_char=False, double_quote=False, ignore_empty_lines=False
+    )
+    common = {"strings_can_be_null": True, "null_values": [""], "quoted_strings_can_be_null": False}
+    keep = list(RAW_COLUMNS) if layout.columns != RAW_COLUMNS else None  # drops an Id column
+    typed = pcsv.ConvertOptions(column_types=_TYPES, include_columns=keep, **common)
+    raw = pcsv.ConvertOptions(
+        column_types=dict.fromkeys(RAW_COLUMNS, pa.binary()), include_columns=keep, **common
+    )
+    return _ArrowOptions(parse, typed, raw)
 
 
 @dataclass
@@ -89,13 +104,13 @@ class ParsedChunk:
     bad_line_examples: list[MalformedRow] = field(default_factory=list)
 
 
-def _iter_mapped_chunks(path: Path, chunk_bytes: int) -> Iterator[RawChunk]:
+def _iter_mapped_chunks(path: Path, chunk_bytes: int, skip_bytes: int) -> Iterator[RawChunk]:
     """Plain file: map one window at a time; the consumer unmaps it (``release``) once parsed, so resident
     memory does not grow with the file."""
     granularity = mmap.ALLOCATIONGRANULARITY
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
-        start = 0
+        start = skip_bytes
         while start < size:
             base = start - start % granularity  # a mapping must start at a multiple of the granularity
             length = min(start + chunk_bytes, size) - base
@@ -115,11 +130,13 @@ def _iter_mapped_chunks(path: Path, chunk_bytes: int) -> Iterator[RawChunk]:
             start = base + end
 
 
-def _iter_stream_chunks(path: Path, chunk_bytes: int, codec: str) -> Iterator[RawChunk]:
+def _iter_stream_chunks(path: Path, chunk_bytes: int, codec: str, skip_bytes: int) -> Iterator[RawChunk]:
     """Compressed file: decompress ``chunk_bytes`` at a time; carry the partial last line over."""
     raw = pa.OSFile(str(path), "rb")
     stream = pa.CompressedInputStream(raw, codec)
     try:
+        while skip_bytes > 0 and (skipped := len(stream.read(skip_bytes))):  # the header line
+            skip_bytes -= skipped
         remainder = b""
         while True:
             block = stream.read(chunk_bytes)
@@ -140,46 +157,67 @@ def _iter_stream_chunks(path: Path, chunk_bytes: int, codec: str) -> Iterator[Ra
         raw.close()
 
 
-def iter_raw_chunks(path, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[RawChunk]:
-    """Cut a raw file (plain, or compressed by its suffix) into chunks of whole lines, in order."""
+def iter_raw_chunks(path, chunk_bytes: int = DEFAULT_CHUNK_BYTES, skip_bytes: int = 0) -> Iterator[RawChunk]:
+    """Cut a raw file (plain, or compressed by its suffix) into chunks of whole lines, in order, after its
+    first ``skip_bytes`` (decompressed) bytes: the header line, if any."""
     path = Path(path)
     codec = COMPRESSION.get(path.suffix.lower())
-    return _iter_stream_chunks(path, chunk_bytes, codec) if codec else _iter_mapped_chunks(path, chunk_bytes)
+    if codec:
+        return _iter_stream_chunks(path, chunk_bytes, codec, skip_bytes)
+    return _iter_mapped_chunks(path, chunk_bytes, skip_bytes)
 
 
-def read_table(data: pa.Buffer, convert: pcsv.ConvertOptions) -> pa.Table:
+def read_head(path, limit: int = HEAD_BYTES) -> bytes:
+    """The first ``limit`` bytes of a raw file, decompressed (fewer when the file is shorter)."""
+    path = Path(path)
+    codec = COMPRESSION.get(path.suffix.lower())
+    if not codec:
+        with open(path, "rb") as f:
+            return f.read(limit)
+    with pa.OSFile(str(path), "rb") as raw, pa.CompressedInputStream(raw, codec) as stream:
+        return stream.read(limit)
+
+
+def read_table(data: pa.Buffer, convert: pcsv.ConvertOptions, layout: RawLayout = TSV_LAYOUT) -> pa.Table:
     options = pcsv.ReadOptions(
-        column_names=list(RAW_COLUMNS), block_size=PARSE_BLOCK_BYTES, use_threads=False
+        column_names=list(layout.columns), block_size=PARSE_BLOCK_BYTES, use_threads=False
     )
     reader = pcsv.open_csv(
-        pa.BufferReader(data), read_options=options, parse_options=_PARSE, convert_options=convert
+        pa.BufferReader(data),
+        read_options=options,
+        parse_options=_arrow_options(layout).parse,
+        convert_options=convert,
     )
     return reader.read_all()
 
 
-def parse_chunk(chunk: RawChunk, max_examples: int = 100) -> ParsedChunk:
+def parse_chunk(chunk: RawChunk, max_examples: int = 100, layout: RawLayout = TSV_LAYOUT) -> ParsedChunk:
     """Parse one chunk: fast path when possible, else the slow path (see the module docstring)."""
     source, start, end = chunk.source, chunk.start, chunk.end
     if source[start] != ord("\n") and not any(source.find(s, start, end) >= 0 for s in SUSPECT_BYTES):
         try:
-            table = read_table(pa.py_buffer(memoryview(source)[start:end]), _TYPED)
+            typed = _arrow_options(layout).typed
+            table = read_table(pa.py_buffer(memoryview(source)[start:end]), typed, layout)
             # No CR and no empty line (it would parse as a row with a null label): one row per line.
             if table.column(LABEL).null_count == 0:
                 return ParsedChunk(table, True, table.num_rows, chunk.position)
         except pa.ArrowInvalid:
             pass  # a wrong field count, a non-integer or a wrong-length id somewhere: the slow path finds it
-    return parse_chunk_slow(source[start:end], chunk.position, max_examples)
+    return parse_chunk_slow(source[start:end], chunk.position, max_examples, layout)
 
 
-def parse_chunk_slow(chunk: bytes, position: int, max_examples: int) -> ParsedChunk:
+def parse_chunk_slow(
+    chunk: bytes, position: int, max_examples: int, layout: RawLayout = TSV_LAYOUT
+) -> ParsedChunk:
     """Cut out lines with a carriage return or a wrong field count, parse the rest as raw bytes."""
+    num_fields = layout.num_fields
     a = np.frombuffer(chunk, dtype=np.uint8)
     ends = np.flatnonzero(a == ord("\n"))
     starts = np.concatenate(([0], ends[:-1] + 1))
-    fields = np.diff(np.searchsorted(np.flatnonzero(a == ord("\t")), ends), prepend=0) + 1
+    fields = np.diff(np.searchsorted(np.flatnonzero(a == ord(layout.delimiter)), ends), prepend=0) + 1
     has_cr = np.zeros(len(ends), dtype=bool)
     has_cr[np.searchsorted(ends, np.flatnonzero(a == ord("\r")))] = True
-    bad = np.flatnonzero(has_cr | (fields != NUM_FIELDS))
+    bad = np.flatnonzero(has_cr | (fields != num_fields))
     parsed = ParsedChunk(None, False, len(ends), position)
     pieces, previous = [], 0
     for k, i in enumerate(bad.tolist()):
@@ -189,17 +227,19 @@ def parse_chunk_slow(chunk: bytes, position: int, max_examples: int) -> ParsedCh
         parsed.bad_line_counts[reason] = parsed.bad_line_counts.get(reason, 0) + 1
         if k < max_examples:
             text = chunk[starts[i] : ends[i]]
-            if has_cr[i] and fields[i] == NUM_FIELDS and text.endswith(b"\r"):
-                row = MalformedRow(i, reason, SPARSE_COLUMNS[-1], shorten(text.rsplit(b"\t", 1)[1]))
+            if has_cr[i] and fields[i] == num_fields and text.endswith(b"\r"):
+                last = shorten(text.rsplit(layout.delimiter.encode(), 1)[-1])
+                row = MalformedRow(i, reason, layout.columns[-1], last)
             else:
-                row = MalformedRow(i, reason, None, f"{fields[i]} of {NUM_FIELDS} fields: {shorten(text)}")
+                row = MalformedRow(i, reason, None, f"{fields[i]} of {num_fields} fields: {shorten(text)}")
             parsed.bad_line_examples.append(row)
     pieces.append(chunk[previous:])
     kept = np.ones(len(ends), dtype=bool)
     kept[bad] = False
     parsed.row_lines = np.flatnonzero(kept)
     if parsed.row_lines.size:
-        parsed.table = read_table(pa.py_buffer(b"".join(pieces) if bad.size else chunk), _RAW)
+        data = pa.py_buffer(b"".join(pieces) if bad.size else chunk)
+        parsed.table = read_table(data, _arrow_options(layout).raw, layout)
     else:
         parsed.table = pa.table({name: pa.array([], pa.binary()) for name in RAW_COLUMNS})
     if parsed.table.num_rows != parsed.row_lines.size:

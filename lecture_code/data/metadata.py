@@ -55,7 +55,7 @@ class SparseFeatureStats:
 class CriteoMetadata:
     source: str  # raw file name (no directory)
     num_rows: int  # good rows written
-    num_lines: int  # lines read (good rows + malformed rows)
+    num_lines: int  # data lines read (good rows + malformed rows; a header line is not counted)
     positive_rate: float
     frequency_threshold: int
     dense: tuple[DenseFeatureStats, ...]

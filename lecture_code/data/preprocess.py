@@ -1,6 +1,10 @@
 """Raw Criteo file -> parquet + vocabularies + metadata, in one streaming pass.
 
-    python -m lecture_code.data.preprocess RAW OUT_DIR [--frequency-threshold N] [--strict] [--quiet]
+    python -m lecture_code.data.preprocess RAW OUT_DIR [--frequency-threshold N] [--max-malformed F]
+                                           [--strict] [--quiet]
+
+RAW is Kaggle's train.txt or a 1TB day_N file (tab-separated, no header), or the competition's
+comma-separated train.csv with its header (layout.py decides from the first line), plain or .gz.
 
 For each chunk from the reader (reader.py): transform the integer features as DLRM does,
 ``log(1 + max(x, 0))`` as float32 with missing -> 0, update their running statistics, count the raw ids
@@ -9,9 +13,14 @@ chunk). After the pass, keep the ids seen at least ``frequency_threshold`` times
 ``vocabulary.npz`` and ``metadata.json`` (metadata.py describes the folder).
 
 Memory stays flat in the number of rows: one chunk at a time, plus the id counts (they grow with the
-number of distinct ids). The output appears atomically: everything is written into a temporary folder
-beside ``OUT_DIR`` and renamed at the end, so an interrupted run leaves no half-written parquet, and an
-existing output is replaced only once the new one is complete.
+number of distinct ids). The output appears atomically: everything is written into a staging folder
+beside ``OUT_DIR`` and renamed at the end (staging.py), so an interrupted run leaves no half-written
+parquet, and an existing output is replaced only once the new one is complete. A killed run's staging
+folder is removed by the next run.
+
+Nothing is written, and the command exits non-zero with one line, for: a missing input, an unknown
+header, an empty file, a file without a valid row, or more malformed lines than ``--max-malformed``
+(a fraction, default 0.01; malformed.py); Ctrl-C exits with 130.
 
 The reference DLRM preprocessing (``dlrm_data_pytorch.py``) runs at about 15k rows/s; this runs at
 several hundred thousand rows/s on two cores (benchmarks/bench_preprocess.py).
@@ -20,10 +29,9 @@ several hundred thousand rows/s on two cores (benchmarks/bench_preprocess.py).
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
+import sys
 import time
-import uuid
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +40,7 @@ import pyarrow.parquet as pq
 from loguru import logger
 from tqdm import tqdm
 
-from .malformed import MalformedRowError
+from .malformed import DEFAULT_MAX_MALFORMED, MalformedRowError, RawFileError, check_malformed
 from .metadata import (
     METADATA_FILE,
     PARQUET_FILE,
@@ -43,6 +51,7 @@ from .metadata import (
 )
 from .reader import DEFAULT_CHUNK_BYTES, CriteoChunk, CriteoReader
 from .schema import DENSE_COLUMNS, KAGGLE_CARDINALITIES, LABEL, SPARSE_COLUMNS
+from .staging import remove_stale_staging, replace_dir, staging_dir
 from .vocabulary import VocabularyCounter, build_vocabulary
 
 PARQUET_SCHEMA = pa.schema(
@@ -107,15 +116,14 @@ def _chunk_table(chunk: CriteoChunk, stats: list[_RunningStats]) -> pa.Table:
 
 
 def _stream(
-    raw_path: Path,
+    reader: CriteoReader,
     out_dir: Path,
     frequency_threshold: int,
-    strict: bool,
-    chunk_bytes: int,
+    max_malformed: float,
     show_progress: bool,
     extra: dict | None,
 ) -> CriteoMetadata:
-    reader = CriteoReader(raw_path, chunk_bytes=chunk_bytes, strict=strict)
+    raw_path = reader.path
     counters = [VocabularyCounter() for _ in SPARSE_COLUMNS]
     stats = [_RunningStats() for _ in DENSE_COLUMNS]
     positives = 0
@@ -129,6 +137,12 @@ def _stream(
                 counter.add(chunk.sparse[:, f])
             positives += int(np.count_nonzero(chunk.label))
             bar.update(reader.bytes_read - bar.n)
+            if not reader.rows and max_malformed < 1:  # a first chunk without one valid row: stop now
+                check_malformed(reader.report, reader.rows, reader.lines, max_malformed, raw_path.name)
+    if not reader.lines:
+        header = " has a header but no rows" if reader.layout.has_header else " is empty"
+        raise RawFileError(f"{raw_path.name}{header}: nothing to preprocess")
+    check_malformed(reader.report, reader.rows, reader.lines, max_malformed, raw_path.name)
     vocabularies, sparse = [], []
     for name, counter in zip(SPARSE_COLUMNS, counters, strict=True):
         ids, counts, missing = counter.result()
@@ -159,16 +173,6 @@ def _check_target(out_dir: Path) -> None:
         raise FileExistsError(f"{out_dir} exists and is not a preprocessed Criteo folder: not replacing it")
 
 
-def _replace_dir(new: Path, target: Path) -> None:
-    if not target.exists():
-        os.rename(new, target)
-        return
-    old = target.with_name(f".{target.name}.old-{os.getpid()}")
-    os.rename(target, old)  # between these two renames only `old` and `new` exist, both complete
-    os.rename(new, target)
-    shutil.rmtree(old)
-
-
 def preprocess(
     raw_path,
     out_dir,
@@ -177,28 +181,43 @@ def preprocess(
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     show_progress: bool = True,
     extra: dict | None = None,
+    max_malformed: float = DEFAULT_MAX_MALFORMED,
 ) -> CriteoMetadata:
-    """Preprocess a raw Criteo file (plain or .gz) into ``out_dir``; return its metadata.
+    """Preprocess a raw Criteo file (plain or .gz, either layout of layout.py) into ``out_dir``; return
+    its metadata.
 
     ``frequency_threshold``: ids seen fewer times go to the shared row 0. ``strict``: raise
     ``MalformedRowError`` at the first malformed row instead of dropping and reporting it.
+    ``max_malformed``: the largest fraction of malformed lines accepted (0: none, 1: any); beyond it, or
+    with no valid row at all, or an empty file, ``RawFileError`` is raised and nothing is written.
     ``chunk_bytes``: raw bytes per chunk. ``show_progress``: a tqdm bar over the file's bytes and log lines
     at start and end (a warning about dropped malformed rows is logged either way). ``extra``: JSON-able
     notes stored in the metadata.
     """
     raw_path, out_dir = Path(raw_path), Path(out_dir)
     if frequency_threshold < 1:
-        raise ValueError("frequency_threshold must be at least 1")
+        raise ValueError(f"frequency_threshold must be at least 1, got {frequency_threshold}")
+    if not 0 <= max_malformed <= 1:
+        raise ValueError(f"max_malformed must be a fraction in [0, 1], got {max_malformed}")
+    if raw_path.is_dir():
+        raise IsADirectoryError(f"{raw_path}: a folder, not a file")
+    if not raw_path.is_file():
+        raise FileNotFoundError(f"{raw_path}: no such file")
+    reader = CriteoReader(raw_path, chunk_bytes=chunk_bytes, strict=strict)  # refuses an unknown header
     _check_target(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.with_name(f".{out_dir.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    remove_stale_staging(out_dir)
+    tmp = staging_dir(out_dir)
     tmp.mkdir()
     start = time.perf_counter()
     if show_progress:
-        logger.info(f"preprocessing {raw_path.name} -> {out_dir.name} (threshold {frequency_threshold})")
+        logger.info(
+            f"preprocessing {raw_path.name} ({reader.layout.describe()}) -> {out_dir.name} "
+            f"(threshold {frequency_threshold})"
+        )
     try:
-        metadata = _stream(raw_path, tmp, frequency_threshold, strict, chunk_bytes, show_progress, extra)
-        _replace_dir(tmp, out_dir)
+        metadata = _stream(reader, tmp, frequency_threshold, max_malformed, show_progress, extra)
+        replace_dir(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -212,26 +231,59 @@ def preprocess(
     return metadata
 
 
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be a fraction in [0, 1], got {text}")
+    return value
+
+
+def _at_least_one(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    return value
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(
-        description="Preprocess a raw Criteo file (TSV, plain or .gz) to parquet."
+        description="Preprocess a raw Criteo file (train.txt / day_N TSV, or train.csv with its header; "
+        "plain or .gz) to parquet."
     )
     parser.add_argument(
-        "raw", type=Path, help="raw file: Kaggle train.txt, a 1TB day_N file, or a synthetic one"
+        "raw", type=Path, help="raw file: Kaggle train.txt or train.csv, a 1TB day_N file, or a synthetic one"
     )
     parser.add_argument("out_dir", type=Path, help="output folder (replaced atomically when complete)")
     parser.add_argument(
-        "--frequency-threshold", type=int, default=1, help="min count to keep an id (default 1)"
+        "--frequency-threshold", type=_at_least_one, default=1, help="min count to keep an id (default 1)"
+    )
+    parser.add_argument(
+        "--max-malformed",
+        type=_fraction,
+        default=DEFAULT_MAX_MALFORMED,
+        metavar="FRACTION",
+        help=f"refuse the file when more than this fraction of its lines are malformed "
+        f"(default {DEFAULT_MAX_MALFORMED}; 1 keeps the valid rows of any file)",
     )
     parser.add_argument("--strict", action="store_true", help="stop at the first malformed row")
     parser.add_argument("--quiet", action="store_true", help="no progress bar or progress log lines")
     args = parser.parse_args(argv)
     start = time.perf_counter()
+    existed = args.out_dir.exists()
     try:
         metadata = preprocess(
-            args.raw, args.out_dir, args.frequency_threshold, args.strict, show_progress=not args.quiet
+            args.raw,
+            args.out_dir,
+            args.frequency_threshold,
+            args.strict,
+            show_progress=not args.quiet,
+            max_malformed=args.max_malformed,
         )
-    except MalformedRowError as error:  # --strict: name the line and stop, without a traceback
+    except KeyboardInterrupt:
+        kept = f"{args.out_dir} is unchanged" if existed else f"{args.out_dir} was not created"
+        print(f"stopped (Ctrl-C): nothing written, {kept}", file=sys.stderr)
+        raise SystemExit(130) from None
+    except (RawFileError, MalformedRowError, OSError) as error:  # one line, no traceback
         parser.exit(1, f"error: {error}\n")
     seconds = time.perf_counter() - start
     print(f"rows:          {metadata.num_rows:,} of {metadata.num_lines:,} lines")

@@ -2,6 +2,8 @@
 
 Format (see schema.py): 40 tab-separated fields per line, no header: label, I1..I13, C1..C26 (8 hex
 characters). Empty field = missing. ``.gz`` (also ``.bz2``, ``.zst``, ``.lz4``) is decompressed on the fly.
+The competition's comma-separated layout with a header (``Id,Label,I1,...,C26``) is read too: the reader
+decides from the first line (layout.py) and refuses, at once, a header it does not know.
 
 ``CriteoReader`` yields ``CriteoChunk`` objects of typed numpy arrays, one chunk of lines at a time, so
 memory stays flat however long the file is:
@@ -10,9 +12,10 @@ memory stays flat however long the file is:
    typed by pyarrow on the fast path, raw bytes on the slow path (after cutting out lines with a wrong
    field count or a carriage return).
 2. Here every value is checked and converted, vectorized: labels must be 0 or 1; integers must match
-   ``-?[0-9]+`` and fit int64; categorical values must be empty or 8 hex digits, decoded to int64 ids in
-   [0, 2**32) (hexids.py). A row with any bad value is dropped and reported with its 1-based line number,
-   field and value (malformed.py); ``strict=True`` raises ``MalformedRowError`` at the first one instead.
+   ``-?[0-9]+`` (or a whole float, ``260.0``, in a layout with a header) and fit int64; categorical
+   values must be empty or 8 hex digits, decoded to int64 ids in [0, 2**32) (hexids.py). A row with any
+   bad value is dropped and reported with its 1-based line number, field and value (malformed.py);
+   ``strict=True`` raises ``MalformedRowError`` at the first one instead.
 
 Steps 1 and 2 run for several chunks at once in worker threads (pyarrow and numpy release the GIL, so
 two cores are both busy); chunks come out, and malformed rows are numbered and reported, in file order.
@@ -31,8 +34,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .csv_chunks import DEFAULT_CHUNK_BYTES, RawChunk, iter_raw_chunks, parse_chunk
+from .csv_chunks import DEFAULT_CHUNK_BYTES, RawChunk, iter_raw_chunks, parse_chunk, read_head
 from .hexids import decode_hex_column, decode_hex_words, fixed_width_words
+from .layout import RawLayout, detect_layout
 from .malformed import (
     BAD_HEX,
     BAD_INTEGER,
@@ -45,6 +49,8 @@ from .malformed import (
 from .schema import DENSE_COLUMNS, HEX_WIDTH, LABEL, NUM_DENSE, NUM_SPARSE, SPARSE_COLUMNS
 
 _INTEGER_REGEX = r"^-?[0-9]+$"
+_WHOLE_FLOAT_REGEX = r"^-?[0-9]+(\.0+)?$"  # 260 or 260.0 (layouts with a header); 2.5 is malformed
+_ZERO_FRACTION = r"\.0+$"
 _INT64_SAFE_CHARS = 18  # any 18-character integer fits in int64; longer ones are checked exactly
 
 
@@ -100,11 +106,17 @@ def _typed_integers(column: pa.ChunkedArray, out: np.ndarray, missing: np.ndarra
             missing[start:stop] = False
 
 
-def _parse_integers(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Raw bytes -> (int64 values, missing mask, bad mask). Accepts exactly ``-?[0-9]+`` in int64 range."""
+def _parse_integers(
+    column: pa.ChunkedArray, whole_floats: bool = False
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Raw bytes -> (int64 values, missing mask, bad mask). Accepts exactly ``-?[0-9]+`` in int64 range;
+    with ``whole_floats`` also ``-?[0-9]+\\.0+`` (``260.0``), read as the integer it names."""
     arr = column.combine_chunks()
     missing = arr.is_null().to_numpy(zero_copy_only=False)
-    ok = pc.match_substring_regex(arr, _INTEGER_REGEX).fill_null(False).to_numpy(zero_copy_only=False)
+    regex = _WHOLE_FLOAT_REGEX if whole_floats else _INTEGER_REGEX
+    ok = pc.match_substring_regex(arr, regex).fill_null(False).to_numpy(zero_copy_only=False)
+    if whole_floats:
+        arr = pc.replace_substring_regex(arr, _ZERO_FRACTION, "")  # "260.0" -> "260"
     bad = ~missing & ~ok
     short = ok & (pc.binary_length(arr).fill_null(0).to_numpy(zero_copy_only=False) <= _INT64_SAFE_CHARS)
     values = np.zeros(len(arr), dtype=np.int64)
@@ -140,10 +152,10 @@ def _show(value) -> str:
     return "" if value is None else shorten(value) if isinstance(value, bytes) else str(value)
 
 
-def _convert(raw: RawChunk, max_examples: int) -> _Converted:
+def _convert(raw: RawChunk, max_examples: int, layout: RawLayout) -> _Converted:
     """Parse one raw chunk and check and convert every value (runs in a worker thread)."""
     try:
-        parsed = parse_chunk(raw, max_examples)
+        parsed = parse_chunk(raw, max_examples, layout)
     finally:
         raw.release()
     table, n = parsed.table, parsed.table.num_rows
@@ -153,7 +165,7 @@ def _convert(raw: RawChunk, max_examples: int) -> _Converted:
         _typed_integers(table.column(LABEL), label, np.empty(n, dtype=bool), -1)
         checks.append((LABEL, BAD_LABEL, label.view(np.uint8) > 1))  # not 0 or 1 (or missing: -1)
     else:
-        values, missing, bad = _parse_integers(table.column(LABEL))
+        values, missing, bad = _parse_integers(table.column(LABEL), layout.whole_floats)
         checks.append((LABEL, BAD_LABEL, bad | missing | ((values != 0) & (values != 1))))
         label = values.astype(np.int8)
     dense = np.empty((n, NUM_DENSE), dtype=np.int64, order="F")
@@ -162,7 +174,7 @@ def _convert(raw: RawChunk, max_examples: int) -> _Converted:
         if parsed.typed:
             _typed_integers(table.column(name), dense[:, j], dense_missing[:, j], 0)
         else:
-            dense[:, j], dense_missing[:, j], bad = _parse_integers(table.column(name))
+            dense[:, j], dense_missing[:, j], bad = _parse_integers(table.column(name), layout.whole_floats)
             checks.append((name, BAD_INTEGER, bad))
     sparse = np.empty((n, NUM_SPARSE), dtype=np.int64, order="F")
     for j, name in enumerate(SPARSE_COLUMNS):
@@ -201,6 +213,10 @@ class CriteoReader:
     good rows yielded and lines consumed so far. With ``strict=True`` the first malformed row raises
     ``MalformedRowError`` naming its line number, field and value.
 
+    ``layout`` (layout.py) is detected from the file's first line unless given; an unknown header raises
+    ``RawFileError`` here, before any row is read. Line numbers count the header line, so they match the
+    file; ``lines`` does not (it counts data lines: good rows + malformed rows).
+
     ``threads`` worker threads parse and convert chunks ahead, in parallel (pyarrow and most numpy
     operations release the GIL); the chunks are still yielded, and malformed rows recorded, in file
     order. ``threads=0`` does everything in the calling thread.
@@ -214,8 +230,10 @@ class CriteoReader:
         strict: bool = False,
         max_examples: int = 100,
         threads: int = 2,
+        layout: RawLayout | None = None,
     ):
         self.path = Path(path)
+        self.layout = layout or detect_layout(read_head(self.path), self.path.name)
         self.chunk_bytes = int(chunk_bytes)
         self.strict = strict
         self.threads = threads
@@ -226,29 +244,31 @@ class CriteoReader:
         self.lines = 0
 
     def __iter__(self) -> Iterator[CriteoChunk]:
-        raw_chunks = iter_raw_chunks(self.path, self.chunk_bytes)
+        raw_chunks = iter_raw_chunks(self.path, self.chunk_bytes, self.layout.header_bytes)
         examples = max(1, self.report.max_examples)  # strict mode needs the first example
+        layout = self.layout
         try:
             if self.threads <= 0:
                 for raw in raw_chunks:
-                    yield self._record(_convert(raw, examples))
+                    yield self._record(_convert(raw, examples, layout))
                 return
             with ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="criteo-parse") as pool:
                 pending = deque(
-                    pool.submit(_convert, raw, examples) for raw in islice(raw_chunks, self.threads + 1)
+                    pool.submit(_convert, raw, examples, layout)
+                    for raw in islice(raw_chunks, self.threads + 1)
                 )
                 while pending:
                     converted = pending.popleft().result()
                     raw = next(raw_chunks, None)
                     if raw is not None:  # keep threads + 1 chunks in flight
-                        pending.append(pool.submit(_convert, raw, examples))
+                        pending.append(pool.submit(_convert, raw, examples, layout))
                     yield self._record(converted)
         finally:
             raw_chunks.close()
 
     def _record(self, converted: _Converted) -> CriteoChunk:
         """In file order: number the lines, report malformed rows (or raise under strict)."""
-        first_line = self.lines + 1
+        first_line = self.lines + 1 + self.layout.has_header
         if converted.examples and self.strict:
             row = converted.examples[0]
             raise MalformedRowError(replace(row, line=first_line + row.line))

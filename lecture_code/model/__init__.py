@@ -25,8 +25,9 @@ Train on the logits with ``BCEWithLogitsLoss``; ``DLRM.predict_proba`` applies t
 
 from lecture_code.model.config import HASHING_KINDS, INTERACTION_KINDS, PRESETS, DLRMConfig
 from lecture_code.model.dense_arch import DenseArch
-from lecture_code.model.dlrm import DLRM
+from lecture_code.model.dlrm import BACKENDS, DLRM
 from lecture_code.model.hashing import (
+    BatchedModulusHash,
     BatchedVocabularyHash,
     IndexHash,
     ModulusHash,
@@ -45,7 +46,9 @@ from lecture_code.model.over_arch import OverArch
 from lecture_code.model.sparse_arch import SparseArch
 
 __all__ = [
+    "BACKENDS",
     "DLRM",
+    "BatchedModulusHash",
     "BatchedVocabularyHash",
     "HASHING_KINDS",
     "INTERACTION_KINDS",

@@ -14,11 +14,13 @@ hash                        time             extra memory     notes
 ``VocabularyHash``          O(B·log V)       O(B)             exact; searchsorted over the vocabulary
 ``BatchedVocabularyHash``   O(B·F·log ΣV)    O(B·F)           all ``F`` features in one searchsorted
 ``ModulusHash``             O(B)             none (no vocab)  collisions: unrelated ids share rows
+``BatchedModulusHash``      O(B·F)           ``[F]`` sizes    all ``F`` features in one pass
 ==========================  ===============  ===============  =====================================
 
-The first three are exact and give identical rows (tested); ``BatchedVocabularyHash`` takes the whole
-``[B, F]`` batch where the others take one feature's column ``[B]``, and is what ``DLRM`` uses for
-``hashing="vocabulary"``.
+The first three are exact and give identical rows (tested). The two ``Batched`` hashes take the whole
+``[B, F]`` batch where the others take one feature's column ``[B]``, give the same rows as their
+per-feature twins (tested), and are what ``DLRM`` uses for ``hashing="vocabulary"`` and
+``hashing="modulus"``: a handful of launches per step instead of ``F`` times a handful.
 
 Each hash is an ``nn.Module`` holding its vocabulary as a buffer, so ``model.to(device)`` moves the
 metadata with the tables: the lookup runs where the ids are, with no host round trip.
@@ -34,6 +36,7 @@ import torch
 from torch import nn
 
 __all__ = [
+    "BatchedModulusHash",
     "BatchedVocabularyHash",
     "IndexHash",
     "ModulusHash",
@@ -276,6 +279,50 @@ class ModulusHash(nn.Module):
 
     def extra_repr(self) -> str:
         return f"num_embeddings={self.num_embeddings}"
+
+
+class BatchedModulusHash(nn.Module):
+    """:class:`ModulusHash` for all ``F`` features at once: ``[B, F]`` raw ids → ``[B, F]`` rows.
+
+    With ``n_f`` rows in table ``f``, ``row[b, f] = 1 + ids[b, f] mod (n_f - 1)``, row 0 for missing
+    (negative) ids and for every id of a one-row table: the same rows as ``F`` :class:`ModulusHash` modules,
+    one per column (tested). The ``F`` moduli are one ``[F]`` tensor broadcast over the batch, so the whole
+    hash is one ``remainder`` and one ``where`` over ``B·F`` ids, whatever ``F`` is; the per-feature version
+    launches its handful of kernels ``F`` times (26 for Criteo). The lecture this repo descends from made
+    the same move (its ``_forward_modulus_hash``: ``(inputs + 1) % self.cardinality_tensor``) after the
+    per-feature loop of its ``_forward_bad_modulus_hash``.
+
+    Args:
+        num_embeddings_per_feature: ``n_f`` rows per table (``>= 1``; row 0 is reserved).
+    """
+
+    def __init__(self, num_embeddings_per_feature: Sequence[int]):
+        super().__init__()
+        sizes = tuple(int(n) for n in num_embeddings_per_feature)
+        if not sizes:
+            raise ValueError("a BatchedModulusHash needs at least one feature")
+        bad = [(f, n) for f, n in enumerate(sizes) if n < 1]
+        if bad:
+            raise ValueError(f"num_embeddings must be >= 1 per feature; got (feature, rows) {bad}")
+        self.num_embeddings_per_feature = sizes
+        n = torch.tensor(sizes, dtype=torch.int64)
+        # Derived from the table sizes (which the model's config records): not saved in checkpoints.
+        self.register_buffer("moduli", (n - 1).clamp(min=1), persistent=False)  # [F]; 1 avoids x mod 0
+        self.register_buffer("hashed", n > 1, persistent=False)  # [F]: a one-row table has only row 0
+
+    @property
+    def num_features(self) -> int:
+        """``F``."""
+        return len(self.num_embeddings_per_feature)
+
+    def forward(self, sparse: torch.Tensor) -> torch.Tensor:
+        """Raw ids int64 ``[B, F]`` → rows int64 ``[B, F]``; ``rows[b, f]`` in ``[0, n_f)`` (table ``f``)."""
+        rows = 1 + torch.remainder(sparse, self.moduli)  # [B, F]: the [F] moduli broadcast over the batch
+        keep = (sparse >= 0) & self.hashed  # [B, F]: missing ids and one-row tables go to row 0
+        return torch.where(keep, rows, torch.zeros_like(rows))
+
+    def extra_repr(self) -> str:
+        return f"num_features={self.num_features}"
 
 
 def make_hash(kind: str, vocabulary, num_embeddings: int) -> nn.Module:

@@ -5,8 +5,9 @@ from its own table. The hashing comes in two shapes:
 
 - one hash module per feature (``IndexHash``, ``VocabularyHash``, ``ModulusHash``), each applied to its
   feature's column ``[B]``: ``F`` small lookups;
-- one module for all features (``BatchedVocabularyHash``), applied to the whole ``[B, F]`` batch: one
-  search over all vocabularies at once. ``DLRM`` uses it for ``hashing="vocabulary"``.
+- one module for all features (``BatchedVocabularyHash``, ``BatchedModulusHash``), applied to the whole
+  ``[B, F]`` batch: one search over all vocabularies, or one ``remainder`` with an ``[F]`` tensor of table
+  sizes, at once. ``DLRM`` uses them for ``hashing="vocabulary"`` and ``hashing="modulus"``.
 
 One ``nn.Embedding`` per feature, as Criteo has exactly one id per feature per sample: no bag, no pooling.
 (``nn.EmbeddingBag`` would compute the same thing with a sum over bags of size 1, and becomes a ``Loop``
@@ -24,7 +25,35 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-__all__ = ["SparseArch"]
+__all__ = ["SparseArch", "checked_hashes", "hash_rows"]
+
+
+def checked_hashes(hashes: Sequence[nn.Module] | nn.Module, tables: tuple[int, ...]) -> nn.Module:
+    """``hashes`` as stored by a sparse arch (a batched module, or an ``nn.ModuleList`` of ``F``), checked
+    to produce rows for exactly these tables (``n_f`` rows each)."""
+    if isinstance(hashes, nn.Module) and not isinstance(hashes, nn.ModuleList):
+        rows = tuple(getattr(hashes, "num_embeddings_per_feature", ()))
+        if rows != tables:
+            raise ValueError(
+                f"a batched hash must produce rows for every table: it has "
+                f"num_embeddings_per_feature={rows}, the tables have {tables}"
+            )
+        return hashes
+    if len(hashes) != len(tables):
+        raise ValueError(f"need one hash per feature: {len(hashes)} hashes for {len(tables)} tables")
+    for f, (h, n) in enumerate(zip(hashes, tables, strict=True)):
+        rows = getattr(h, "num_embeddings", n)
+        if rows != n:
+            raise ValueError(f"feature {f}: its hash produces rows for {rows} embeddings, its table has {n}")
+    return nn.ModuleList(hashes)
+
+
+def hash_rows(hashes: nn.Module, sparse: torch.Tensor) -> torch.Tensor:
+    """Raw ids int64 ``[B, F]`` → rows int64 ``[B, F]`` through :func:`checked_hashes`' result."""
+    if not isinstance(hashes, nn.ModuleList):
+        return hashes(sparse)  # one lookup for all features
+    columns = sparse.t().contiguous()  # [F, B]: each feature's ids contiguous, as searchsorted wants
+    return torch.stack([h(columns[f]) for f, h in enumerate(hashes)], dim=1)
 
 
 class SparseArch(nn.Module):
@@ -36,7 +65,8 @@ class SparseArch(nn.Module):
         hashes: either ``F`` modules mapping one feature's raw ids ``[B]`` → rows ``[B]`` in ``[0, n_f)``
             (see :func:`lecture_code.model.hashing.make_hash`), or one module mapping all raw ids
             ``[B, F]`` → rows ``[B, F]`` that has a ``num_embeddings_per_feature`` attribute
-            (:class:`lecture_code.model.hashing.BatchedVocabularyHash`). Stored as ``self.hashes``: an
+            (:class:`~lecture_code.model.hashing.BatchedVocabularyHash`,
+            :class:`~lecture_code.model.hashing.BatchedModulusHash`). Stored as ``self.hashes``: an
             ``nn.ModuleList`` in the first case, the module itself in the second.
     """
 
@@ -48,24 +78,7 @@ class SparseArch(nn.Module):
     ):
         super().__init__()
         tables = tuple(int(n) for n in num_embeddings_per_feature)
-        if isinstance(hashes, nn.Module) and not isinstance(hashes, nn.ModuleList):
-            rows = tuple(getattr(hashes, "num_embeddings_per_feature", ()))
-            if rows != tables:
-                raise ValueError(
-                    f"a batched hash must produce rows for every table: it has "
-                    f"num_embeddings_per_feature={rows}, the tables have {tables}"
-                )
-            self.hashes = hashes
-        else:
-            if len(hashes) != len(tables):
-                raise ValueError(f"need one hash per feature: {len(hashes)} hashes for {len(tables)} tables")
-            for f, (h, n) in enumerate(zip(hashes, tables, strict=True)):
-                rows = getattr(h, "num_embeddings", n)
-                if rows != n:
-                    raise ValueError(
-                        f"feature {f}: its hash produces rows for {rows} embeddings, its table has {n}"
-                    )
-            self.hashes = nn.ModuleList(hashes)
+        self.hashes = checked_hashes(hashes, tables)
         self.embeddings = nn.ModuleList(nn.Embedding(n, embedding_dim) for n in tables)
         self.reset_parameters()
 
@@ -82,10 +95,7 @@ class SparseArch(nn.Module):
 
     def rows(self, sparse: torch.Tensor) -> torch.Tensor:
         """Hash only: raw ids int64 ``[B, F]`` → rows int64 ``[B, F]``; ``rows[b, f]`` indexes table ``f``."""
-        if self.batched_hash:
-            return self.hashes(sparse)  # one lookup for all features
-        columns = sparse.t().contiguous()  # [F, B]: each feature's ids contiguous, as searchsorted wants
-        return torch.stack([h(columns[f]) for f, h in enumerate(self.hashes)], dim=1)
+        return hash_rows(self.hashes, sparse)
 
     def forward(self, sparse: torch.Tensor) -> torch.Tensor:
         """Raw ids int64 ``[B, F]`` → embeddings ``[B, F, D]``."""

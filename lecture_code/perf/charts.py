@@ -9,13 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-import matplotlib
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-
-import matplotlib.pyplot as plt  # noqa: E402
-
-from lecture_code.trace_plots import save_figure  # noqa: E402
+from lecture_code.profiling.trace_plots import save_figure
 
 __all__ = ["bar_chart", "hash_cost_chart"]
 
@@ -27,16 +23,28 @@ def bar_chart(
     subtitle: str,
     metrics: Sequence[tuple[str, str]] = (("ms_per_step", "time per training step (ms)"),),
 ) -> Path:
-    """One horizontal bar per row (``row["label"]``, top to bottom in row order), one panel per metric."""
+    """One horizontal bar per row (``row["label"]``, top to bottom in row order), one panel per metric.
+
+    Where the rows have ``ms_min`` and ``ms_max`` (the spread of the repeats), the ``ms_per_step`` bars get
+    whiskers from the minimum to the maximum, and the value printed is the median.
+    """
     labels = [r["label"] for r in rows][::-1]
-    fig, axes = plt.subplots(1, len(metrics), figsize=(5.5 * len(metrics) + 2.5, 1.4 + 0.55 * len(rows)))
+    fig = Figure(figsize=(5.5 * len(metrics) + 2.5, 1.4 + 0.55 * len(rows)))
+    axes = fig.subplots(1, len(metrics))
     axes = [axes] if len(metrics) == 1 else list(axes)
     for ax, (key, xlabel) in zip(axes, metrics, strict=True):
         values = [float(r[key]) for r in rows][::-1]
-        ax.barh(range(len(values)), values, color="tab:blue")
-        for y, v in enumerate(values):
-            ax.text(v, y, f" {v:.3g}", va="center", fontsize=9)
-        ax.set_xlim(0, max(max(values), 1e-9) * 1.25)
+        spread = key == "ms_per_step" and all("ms_min" in r and "ms_max" in r for r in rows)
+        xerr = None
+        if spread:
+            lo = [v - float(r["ms_min"]) for v, r in zip(values, rows[::-1], strict=True)]
+            hi = [float(r["ms_max"]) - v for v, r in zip(values, rows[::-1], strict=True)]
+            xerr = [[max(x, 0.0) for x in lo], [max(x, 0.0) for x in hi]]
+        ax.barh(range(len(values)), values, color="tab:blue", xerr=xerr, capsize=3, ecolor="0.3")
+        right = [float(r["ms_max"]) for r in rows][::-1] if spread else values
+        for y, (v, end) in enumerate(zip(values, right, strict=True)):
+            ax.text(max(v, end), y, f" {v:.3g}", va="center", fontsize=9)
+        ax.set_xlim(0, max(max(right), 1e-9) * 1.25)
         ax.set_xlabel(xlabel)
         ax.set_yticks(range(len(labels)), labels if ax is axes[0] else [""] * len(labels))
         ax.grid(alpha=0.3, axis="x")
@@ -46,7 +54,8 @@ def bar_chart(
 
 def hash_cost_chart(rows: Sequence[dict], png_path: str | Path, subtitle: str) -> Path:
     """Time per call of each hash (a line each) against the vocabulary size, log-log."""
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    fig = Figure(figsize=(6.5, 4.2))
+    ax = fig.subplots()
     for name in dict.fromkeys(r["hash"] for r in rows):
         pts = [r for r in rows if r["hash"] == name]
         ax.plot([r["vocabulary"] for r in pts], [r["ms"] for r in pts], marker="o", label=name)

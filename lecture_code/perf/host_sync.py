@@ -4,7 +4,7 @@ A CUDA GPU runs behind the host: Python queues kernels and moves on, so while th
 host is already launching step ``k + 1``. ``loss.item()`` breaks that: it copies the loss device → host and
 *waits* for it, i.e. for every kernel queued so far. The GPU then runs dry while the host launches the next
 step's kernels from scratch: host time and GPU time add up instead of overlapping. The fix is what
-:mod:`lecture_code.train` does: add the loss to a device tensor and read it every ``log_every`` steps.
+:mod:`lecture_code.training` does: add the loss to a device tensor and read it every ``log_every`` steps.
 
 ``CUDA_LAUNCH_BLOCKING=1`` (an environment variable, read when CUDA starts) makes *every* kernel launch wait
 for its kernel: a sync after each of the hundreds of launches in a step. It is a debugging switch (an error
@@ -25,7 +25,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lecture_code.perf.step_timing import StepTiming, time_train_steps
+from lecture_code.perf.step_timing import StepTiming, Variant, time_interleaved, time_train_steps
 from lecture_code.perf.workload import Workload, load_workload, make_model, make_step
 
 __all__ = ["ITEM_EVERY_STEP", "LAUNCH_BLOCKING", "ON_DEVICE", "measure_host_sync", "measure_launch_blocking"]
@@ -38,20 +38,14 @@ LAUNCH_BLOCKING = "CUDA_LAUNCH_BLOCKING=1"
 def measure_host_sync(
     workload: Workload, steps: int = 20, warmup: int = 3, repeats: int = 3
 ) -> list[StepTiming]:
-    """The same model and step timed twice: reading the loss every step, then keeping it on the device."""
+    """One model and step, timed two ways with repeats interleaved: reading the loss every step, and
+    keeping it on the device (:func:`~lecture_code.perf.step_timing.time_interleaved`)."""
     step = make_step(make_model(workload))
-    kwargs = dict(steps=steps, warmup=warmup, repeats=repeats)
-    return [
-        time_train_steps(
-            step,
-            workload.batches,
-            workload.device,
-            label=ITEM_EVERY_STEP,
-            read_loss_every_step=True,
-            **kwargs,
-        ),
-        time_train_steps(step, workload.batches, workload.device, label=ON_DEVICE, **kwargs),
+    variants = [
+        Variant(ITEM_EVERY_STEP, step, workload.batches, read_loss_every_step=True),
+        Variant(ON_DEVICE, step, workload.batches),
     ]
+    return time_interleaved(variants, workload.device, steps=steps, warmup=warmup, repeats=repeats)
 
 
 def measure_launch_blocking(
@@ -78,7 +72,7 @@ def measure_launch_blocking(
     if done.returncode != 0:
         raise RuntimeError(f"the CUDA_LAUNCH_BLOCKING=1 child failed:\n{done.stderr[-2000:]}")
     row = json.loads(done.stdout.strip().splitlines()[-1])
-    return StepTiming(**{**row, "label": LAUNCH_BLOCKING})  # as_row() has StepTiming's fields
+    return StepTiming.from_row({**row, "label": LAUNCH_BLOCKING})
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -101,7 +95,7 @@ def main(argv: list[str] | None = None) -> None:
         warmup=a.warmup,
         repeats=a.repeats,
     )
-    print(json.dumps(timing.as_row()))
+    print(json.dumps(timing.as_row(samples=True)))
 
 
 if __name__ == "__main__":

@@ -3,12 +3,13 @@
 ``load_workload`` reads a preprocessed Criteo folder (default: the embedded synthetic data), takes the first
 ``num_batches`` batches of a seeded shuffle and puts them on the device once, so no experiment measures
 host → device copies of data it did not ask about. ``make_model`` builds a fresh, identically initialised
-DLRM per variant; ``make_step`` is the training loop's own step (:func:`lecture_code.train.make_train_step`);
-``profile_training_steps`` records a few of them with :func:`lecture_code.profiling.step_profiler`.
+DLRM per variant; ``make_step`` is the loop's own step (:func:`~lecture_code.training.make_train_step`);
+``profile_training_steps`` records a few of them with :func:`lecture_code.profiling.profiler.step_profiler`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
@@ -17,10 +18,11 @@ import torch
 
 from lecture_code import data as criteo
 from lecture_code.environment import device as default_device
-from lecture_code.model import DLRM
-from lecture_code.profiling import step_profiler, trace_files
-from lecture_code.trace_analysis import load_trace
-from lecture_code.train import make_train_step
+from lecture_code.model import DLRM, DLRMConfig
+from lecture_code.profiling.profiler import step_profiler, trace_files
+from lecture_code.profiling.quiet import quiet_profiler
+from lecture_code.profiling.trace_analysis import load_trace
+from lecture_code.training.train import make_train_step
 
 __all__ = ["Workload", "load_workload", "make_model", "make_step", "profile_training_steps"]
 
@@ -54,9 +56,18 @@ def load_workload(
     return Workload(criteo.load_metadata(data_dir), batches, device, preset, batch_size)
 
 
-def make_model(workload: Workload, hashing: str = "vocabulary", seed: int = 0) -> DLRM:
+def make_model(
+    workload: Workload, hashing: str = "vocabulary", seed: int = 0, tables: Sequence[int] | None = None
+) -> DLRM:
+    """A fresh DLRM of the workload's preset, seeded. ``tables`` (rows per table) replaces the data's table
+    sizes, e.g. the Kaggle cardinalities; the ids then need a hash that fits any table: ``"modulus"``."""
     torch.manual_seed(seed)
-    model = DLRM.from_metadata(workload.metadata, preset=workload.preset, hashing=hashing)
+    if tables is None:
+        model = DLRM.from_metadata(workload.metadata, preset=workload.preset, hashing=hashing)
+    else:
+        if hashing != "modulus":
+            raise ValueError(f"tables of other sizes than the data's need hashing='modulus', got {hashing!r}")
+        model = DLRM(DLRMConfig.preset(workload.preset, tuple(tables), hashing=hashing))
     return model.to(workload.device)
 
 
@@ -65,17 +76,24 @@ def make_step(model: torch.nn.Module, compile_model: bool = False, lr: float = 1
     return make_train_step(model, torch.optim.Adam(model.parameters(), lr=lr), compile_model)
 
 
-def profile_training_steps(workload: Workload, trace_dir: str | Path, read_loss_every_step: bool = False):
-    """Profile 3 training steps (after 1 skipped and 1 warm-up step) of a fresh model.
+def profile_training_steps(
+    workload: Workload,
+    trace_dir: str | Path,
+    read_loss_every_step: bool = False,
+    detail: bool = True,
+    step=None,
+):
+    """Profile 3 training steps (after 1 skipped and 1 warm-up step) of ``step`` (default: a fresh model's).
 
+    ``detail``: record shapes, memory and stacks too (:func:`~lecture_code.profiling.step_profiler`).
     Returns ``(profiler, events)``: the profiler for its op tables, the trace's events as a DataFrame
-    (:func:`lecture_code.trace_analysis.load_trace`). Older traces in ``trace_dir`` are removed first.
+    (:func:`lecture_code.profiling.load_trace`). Older traces in ``trace_dir`` are removed first.
     """
     trace_dir = Path(trace_dir)
-    step = make_step(make_model(workload))
+    step = step or make_step(make_model(workload))
     for old in trace_files(trace_dir):
         old.unlink()
-    with step_profiler(trace_dir, wait=1, warmup=1, active=3) as prof:
+    with quiet_profiler(), step_profiler(trace_dir, wait=1, warmup=1, active=3, detail=detail) as prof:
         for i in range(5):
             loss = step(workload.batches[i % len(workload.batches)])
             if read_loss_every_step:

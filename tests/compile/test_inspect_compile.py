@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import io
+import logging
 
 import pytest
 import torch
 from compile_test_models import bce_loss, eager_grads
 
-from lecture_code.inspect_compile import (
+from lecture_code.compile import (
     CompiledCode,
     capture_compiled_code,
     find_kernels,
@@ -166,3 +167,17 @@ def test_graph_break_is_explained_and_captured_anyway(device):
     assert code.notes and "fullgraph=True failed" in code.notes[0]
     assert len(code.files) == 2  # one graph on each side of the break
     torch.testing.assert_close(code.result, with_break(x))
+
+
+def test_explain_keeps_dynamo_warnings_out_of_the_output():
+    """``Profiler record function … will be ignored`` (an optimizer step under dynamo) is not printed."""
+    from lecture_code.compile.capture import _dynamo_errors_only
+
+    parent, child = (
+        logging.getLogger("torch._dynamo"),
+        logging.getLogger("torch._dynamo.variables.ctx_manager"),
+    )
+    level = parent.level
+    with _dynamo_errors_only():
+        assert not child.isEnabledFor(logging.WARNING) and child.isEnabledFor(logging.ERROR)
+    assert parent.level == level

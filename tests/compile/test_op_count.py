@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from lecture_code.inspect_compile import capture_compiled_code
-from lecture_code.op_count import compiled_op_count, eager_op_count
+from lecture_code.compile import capture_compiled_code
+from lecture_code.compile.op_count import compiled_op_count, eager_op_count
 
 
 def test_eager_count_of_an_mlp(mlp):
@@ -40,8 +40,8 @@ def test_compiled_count_matches_the_capture(mlp):
 
 
 def test_compiled_count_reads_launches_and_allocations():
-    from lecture_code.compile_capture import CompiledCode
-    from lecture_code.compile_kernels import parse_output_code
+    from lecture_code.compile.capture import CompiledCode
+    from lecture_code.compile.generated_code import parse_output_code
 
     # a C++ relu kernel inductor reuses for two layers, two addmm, an ATen fallback, two allocations
     wrapper = '''# AOT ID: ['0_inference']

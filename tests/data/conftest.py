@@ -6,6 +6,7 @@ import gzip
 
 import numpy as np
 import pytest
+from loguru import logger
 
 from lecture_code.data import DENSE_COLUMNS, SPARSE_COLUMNS
 
@@ -34,6 +35,20 @@ class RawRows:
     def line(self, i: int) -> str:
         return "\t".join(self.fields(i))
 
+    @staticmethod
+    def csv_header(row_id: bool = True) -> str:
+        """Kaggle's train.csv header (``Id,Label,I1,...,C26``), or a common sample's (``label,I1,...``)."""
+        names = ["Id", "Label"] if row_id else ["label"]
+        return ",".join([*names, *DENSE_COLUMNS, *SPARSE_COLUMNS])
+
+    def csv_line(self, i: int, row_id: bool = True, whole_floats: bool = True) -> str:
+        """Row ``i`` in the competition's comma-separated layout (``Id,Label,I1,...``, or without the Id);
+        with ``whole_floats``, every other present integer is written as a whole float (``260.0``)."""
+        fields = self.fields(i)
+        for j in range(1, 1 + len(DENSE_COLUMNS), 2) if whole_floats else ():
+            fields[j] = f"{fields[j]}.0" if fields[j] else ""
+        return ",".join([str(10_000_000 + i), *fields] if row_id else fields)
+
 
 @pytest.fixture
 def raw_rows(seed):
@@ -52,3 +67,12 @@ def write_lines(tmp_path):
         return path
 
     return write
+
+
+@pytest.fixture
+def warnings_logged():
+    """The messages of the loguru warnings logged during the test, in order."""
+    messages = []
+    handler = logger.add(lambda message: messages.append(message.record["message"]), level="WARNING")
+    yield messages
+    logger.remove(handler)

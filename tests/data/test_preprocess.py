@@ -183,13 +183,3 @@ def test_vocabulary_counter_merges_match_a_single_count(seed):
     np.testing.assert_array_equal(counts, expected_counts)
     assert missing == (everything == MISSING_ID).sum()
     np.testing.assert_array_equal(build_vocabulary(ids, counts, 3), expected_ids[expected_counts >= 3])
-
-
-def test_empty_and_all_malformed_files(tmp_path):
-    (tmp_path / "empty.tsv").write_bytes(b"")
-    meta = preprocess(tmp_path / "empty.tsv", tmp_path / "a", show_progress=False)
-    assert meta.num_rows == 0 and pq.read_table(tmp_path / "a" / PARQUET_FILE).num_rows == 0
-    (tmp_path / "bad.tsv").write_bytes(b"1\t2\r\nnot a row\n")
-    meta = preprocess(tmp_path / "bad.tsv", tmp_path / "b", show_progress=False)
-    assert (meta.num_rows, meta.num_lines, meta.malformed.total) == (0, 2, 2)
-    assert all(s.vocabulary_size == 0 and s.num_embeddings == 1 for s in meta.sparse)

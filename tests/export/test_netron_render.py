@@ -15,16 +15,14 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
 
-pytest.importorskip("onnx")
-pytest.importorskip("netron")
-
-from lecture_code import netron_view  # noqa: E402
-from lecture_code.export import export_onnx, summarize_onnx  # noqa: E402
-from lecture_code.netron_view import find_chromium, serve_netron  # noqa: E402
+from lecture_code.export import netron as netron_view
+from lecture_code.export.netron import find_chromium, serve_netron
+from lecture_code.export.onnx_export import export_onnx, summarize_onnx
 
 APT_PACKAGES = ("chromium", "fonts-dejavu-core", "fonts-wqy-microhei")  # wqy: Netron's 〈〉 shape brackets
 APT_TIMEOUT_S = 600
@@ -56,7 +54,8 @@ def _install_chromium_with_apt() -> str:
 @pytest.fixture(scope="session")
 def chromium() -> str:
     """A Chromium executable (installed with apt when possible), else skip with the reason."""
-    pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
+    import playwright.sync_api  # noqa: F401  (a requirement: a broken install fails here, it is not skipped)
+
     path = find_chromium()
     if path is None:
         outcome = _install_chromium_with_apt()
@@ -94,7 +93,9 @@ def _png_size(path: Path) -> tuple[int, int]:
 
 def _drawn_pixels(path: Path) -> int:
     """Pixels that are not the white background: 0 for a blank picture."""
-    image = pytest.importorskip("PIL.Image").open(path).convert("L")
+    from PIL import Image
+
+    image = Image.open(path).convert("L")
     return sum(count for value, count in enumerate(image.histogram()) if value < 200)
 
 
@@ -136,6 +137,31 @@ def test_netron_renders_the_graph_in_headless_chromium(chromium, onnx_file, tmp_
     assert result["url"].startswith("http://127.0.0.1:")
     with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):  # the server was stopped
         urllib.request.urlopen(result["url"], timeout=2)
+    assert "crop" not in result
+
+
+@pytest.mark.slow  # a Chromium start and a render: about 5 s
+def test_crop_keeps_the_top_of_the_graph_readable_and_outlines_it(chromium, onnx_file, tmp_path):
+    """From the Concat (TinyTower's interaction) down: the top MLP's two Gemms, not the bottom MLP's two."""
+    png = tmp_path / "graph.png"
+    result = netron_view.screenshot_netron(onnx_file, png, crop_op="Concat", chromium=chromium)
+    crop = result["crop"]
+    assert crop["png"] == tmp_path / "graph_crop.png"
+    assert crop["ops"]["Concat"] == 1 and crop["ops"]["Gemm"] == 2 and crop["ops"]["Relu"] == 1
+    assert "dense" not in crop["ops"] and "Mod" not in crop["ops"]  # the inputs and the hash lie above
+    x, y, width, height = crop["box"]
+    assert _png_size(crop["png"]) == (width, height)  # 1:1, not scaled
+    assert _drawn_pixels(crop["png"]) > 500
+    overview_w, overview_h = _png_size(png)
+    assert 0 <= x and x + width <= overview_w and 0 <= y and y + height <= overview_h
+    assert _red_pixels(png) > 2 * (width + height)  # the outline: a 6-px red rectangle around the crop
+
+
+def _red_pixels(path: Path) -> int:
+    from PIL import Image
+
+    rgb = np.asarray(Image.open(path).convert("RGB")).astype(int)
+    return int(((rgb[..., 0] > 180) & (rgb[..., 1] < 60) & (rgb[..., 2] < 60)).sum())
 
 
 @pytest.mark.slow  # a Chromium start and a render: about 5 s

@@ -7,21 +7,17 @@ keeps the generic tests fast; the real DLRM is exported with every hashing kind 
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 import torch
 from torch import nn
 
-pytest.importorskip("onnx")
-pytest.importorskip("onnxruntime")
-pytest.importorskip("onnxscript")
-
-import onnx  # noqa: E402
-
-from lecture_code import export as export_module  # noqa: E402
-from lecture_code import export_cli  # noqa: E402
-from lecture_code.export import ONNXValidationError, export_onnx, summarize_onnx, validate_onnx  # noqa: E402
+from lecture_code.export import cli as export_cli
+from lecture_code.export import onnx_export as export_module
+from lecture_code.export.onnx_export import ONNXValidationError, export_onnx, summarize_onnx, validate_onnx
 
 # fp32 (atol, rtol) for onnxruntime vs torch: the same products summed in another order (MLAS vs MKL GEMMs)
 # give errors of a few 1e-7 on these outputs; 1e-5 leaves room without hiding a wrong op (those are >1e-2).
@@ -224,10 +220,8 @@ def _dlrm_setup(rng: np.random.Generator, num_features: int, max_rows: int = 12)
 
 @pytest.fixture
 def dlrm_module():
-    try:
-        from lecture_code import model
-    except ImportError as error:  # pragma: no cover - only while lecture_code.model is being written
-        pytest.skip(f"lecture_code.model is not importable: {error}")
+    from lecture_code import model
+
     return model
 
 
@@ -273,19 +267,35 @@ def test_dlrm_criteo_width_default_exporter(dlrm_module, seed, tmp_path):
 @pytest.fixture
 def tiny_data_dir(tmp_path):
     """A real preprocessed folder (metadata + vocabularies) from 2,000 synthetic Criteo rows."""
-    try:
-        from lecture_code.data.preprocess import preprocess
-        from lecture_code.data.synthetic import generate_criteo_tsv
-    except ImportError as error:  # pragma: no cover - only while lecture_code.data is being written
-        pytest.skip(f"lecture_code.data is not importable: {error}")
+    from lecture_code.data.preprocess import preprocess
+    from lecture_code.data.synthetic import generate_criteo_tsv
+
     raw = generate_criteo_tsv(tmp_path / "raw.tsv", 2000, seed=3)
     preprocess(raw, tmp_path / "processed", show_progress=False)
     return tmp_path / "processed"
 
 
-def test_cli_exports_a_trained_checkpoint_with_its_config(dlrm_module, tiny_data_dir, tmp_path, capsys):
-    """The checkpoint's config picks the architecture (here the modulus hash), its state dict the weights."""
+def test_cli_exports_a_trained_checkpoint_with_its_config(
+    dlrm_module, tiny_data_dir, tmp_path, capsys, monkeypatch
+):
+    """The checkpoint's config picks the architecture (here the modulus hash), its state dict the weights;
+    ``--screenshot`` writes the overview and the crop with a sidecar each (the browser part is stubbed here:
+    tests/export/test_netron_render.py renders for real)."""
+    import json
+
     from lecture_code.data.metadata import load_metadata
+    from lecture_code.export import netron
+
+    asked = {}
+
+    def fake_screenshot(onnx_path, png_path, *, crop_op, crop_ranks_above):
+        asked.update(onnx=Path(onnx_path), crop_op=crop_op, ranks_above=crop_ranks_above)
+        png, crop_png = Path(png_path), Path(png_path).with_name("shot_crop.png")
+        png.write_bytes(b"overview"), crop_png.write_bytes(b"crop")
+        crop = {"png": crop_png, "box": [10, 20, 30, 40], "nodes": 5, "ops": {"MatMul": 1, "Gemm": 2}}
+        return {"png": png, "nodes": 50, "graph_px": (300, 200), "chromium": "stub", "crop": crop}
+
+    monkeypatch.setattr(netron, "screenshot_netron", fake_screenshot)
 
     model = dlrm_module.DLRM.from_metadata(load_metadata(tiny_data_dir), hashing="modulus")
     with torch.no_grad():
@@ -294,14 +304,25 @@ def test_cli_exports_a_trained_checkpoint_with_its_config(dlrm_module, tiny_data
     torch.save({"model": model.state_dict(), "step": 7, "config": config}, tmp_path / "checkpoint.pt")
 
     out = tmp_path / "dlrm.onnx"
+    shot = tmp_path / "shot.png"
     argv = ["--checkpoint", str(tmp_path / "checkpoint.pt"), "--out", str(out), "--exporter", "torchscript"]
-    export_cli.main(argv)
+    export_cli.main([*argv, "--screenshot", str(shot), "--crop-ranks-above", "3"])
     printed = capsys.readouterr().out
     assert "onnxruntime vs torch: max abs error" in printed and "sparse" in printed
 
+    assert asked == {"onnx": out, "crop_op": "MatMul", "ranks_above": 3}  # the default op, the given ranks
+    overview = json.loads(shot.with_suffix(".json").read_text())
+    crop = json.loads((tmp_path / "shot_crop.json").read_text())
+    assert overview["command"].endswith(f"--screenshot {shot} --crop-ranks-above 3")
+    assert overview["crop"] == {
+        "png": "shot_crop.png", "op": "MatMul", "ranks_above": 3, "box_px": [10, 20, 30, 40], "nodes": 5,
+    }  # fmt: skip
+    assert crop["crop_of"] == "shot.png" and crop["ops_in_crop"] == {"MatMul": 1, "Gemm": 2}
+    assert crop["command"] == overview["command"] and "crop" not in crop
+
     summary = summarize_onnx(out)
     assert summary.metadata["lecture_code.exporter"] == "torchscript"
-    assert summary.op_counts["Mod"] == NUM_SPARSE  # the modulus hash, as the checkpoint's config says
+    assert summary.op_counts["Mod"] == 1  # the modulus hash (one remainder for all features), as configured
     weights = {t.name: onnx.numpy_helper.to_array(t) for t in onnx.load(str(out)).graph.initializer}
     biases = [w for w in weights.values() if w.shape == (1,)]
     assert any(np.allclose(b, 0.731) for b in biases)  # the checkpoint's weights, not a fresh init

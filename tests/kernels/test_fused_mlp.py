@@ -8,6 +8,7 @@ import triton
 
 import kernels.fused_mlp as fused_mlp_module
 from kernels import reference, runtime
+from kernels.configs import MlpConfig
 from kernels.fused_mlp import MAX_HIDDEN, SMEM_BUDGET, fused_mlp, launch_params
 
 # (dtype, atol, rtol). Both sides accumulate the dots in fp32 and round h to the dtype before the second
@@ -182,3 +183,25 @@ def test_tf32_where_torch_allows_it_on_gpu(shape, seed, poison_empty):
     finally:
         torch.set_float32_matmul_precision(before)
     torch.testing.assert_close(out, expected, atol=1e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("dtype, atol, rtol", DTYPES[:2])
+def test_config_carrier_overrides_the_rule(dtype, atol, rtol, seed, poison_empty):
+    """An ``MlpConfig`` with some fields set changes the launch (here: 16-row programs, a 16-wide K step);
+    the ``None`` fields come from the rule, and the result is the same."""
+    params = _params(37, 40, 20, 9, dtype)
+    rule = launch_params(37, 40, 20, 9, dtype, dtype != torch.float32, 1)
+    config = MlpConfig(block_m=16, block_k=16)
+    assert config.filled(rule).block_h == rule.block_h and config.filled(rule).block_m == 16
+    out = fused_mlp(*params, final_activation="relu", config=config)
+    torch.testing.assert_close(
+        out, reference.fused_mlp(*params, final_activation="relu"), atol=atol, rtol=rtol
+    )
+    assert MlpConfig(block_m=16) == MlpConfig(block_m=16) and hash(MlpConfig(16)) == hash(MlpConfig(16))
+    assert MlpConfig(block_m=16).key() != MlpConfig(block_h=16).key()
+
+
+def test_config_that_cannot_hold_the_hidden_layer_is_refused():
+    params = _params(8, 16, 40, 4, torch.float32)
+    with pytest.raises(ValueError, match="block_h=32 does not cover the hidden width H=40"):
+        fused_mlp(*params, config=MlpConfig(block_h=32))

@@ -1,17 +1,32 @@
+"""vector_add, the smallest Triton kernel, and the runtime mode it proves (interpreted or compiled)."""
+
 import os
 
 import pytest
 import torch
+from triton.runtime import JITFunction
+from triton.runtime.interpreter import InterpretedFunction
 
 from kernels import reference, runtime
-from kernels.vector_add import vector_add
+from kernels.vector_add import _vector_add_kernel, vector_add
 
 
-def test_mode_is_set_before_kernels():
+def test_mode_is_set_before_kernels(seed):
+    # The decorator ran after the mode was decided: the kernel is interpreted exactly when the runtime says
+    # so (on a GPU: compiled, on cuda tensors, with full sizes), and it computes the right thing there.
+    interpreted = isinstance(_vector_add_kernel, InterpretedFunction)
+    assert interpreted != isinstance(_vector_add_kernel, JITFunction)
+    assert interpreted == runtime.interpreting()
     if not torch.cuda.is_available():
-        assert os.environ.get("TRITON_INTERPRET") == "1"
-        assert runtime.mode() == "cpu-interpreter"
-        assert runtime.sizes().name == "small"
+        assert os.environ.get("TRITON_INTERPRET") == "1" and interpreted
+    assert runtime.mode() == ("cpu-interpreter" if interpreted else "gpu")
+    assert runtime.sizes() == (runtime.SMALL if interpreted else runtime.FULL)
+    device = runtime.default_device()
+    assert device.type == ("cpu" if interpreted else "cuda")
+    x, y = torch.randn(2, runtime.SMALL.vector_numel, device=device)
+    out = vector_add(x, y)
+    assert out.device == device
+    torch.testing.assert_close(out, reference.vector_add(x, y), rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("n", [1, 1023, 1024, 4_099])

@@ -1,5 +1,5 @@
 """Hashing raw ids to rows: IndexHash == VocabularyHash == BatchedVocabularyHash exactly; row 0 for
-missing/unseen; modulus range."""
+missing/unseen; modulus range; BatchedModulusHash == one ModulusHash per feature."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import torch
 from dlrm_test_data import ID_SPACE, random_ids, random_vocabulary
 
 from lecture_code.model import (
+    BatchedModulusHash,
     BatchedVocabularyHash,
     IndexHash,
     ModulusHash,
@@ -226,5 +227,48 @@ def test_batched_vocabulary_hash_compiles_fullgraph(rng):
     vocabularies = _edge_vocabularies(rng)
     hasher = _batched(vocabularies)
     sparse = torch.stack([random_ids(rng, v, batch=33) for v in vocabularies], dim=1)
+    compiled = torch.compile(hasher, fullgraph=True, backend="aot_eager")
+    assert torch.equal(compiled(sparse), hasher(sparse))
+
+
+# --------------------------------------------------------------------------------------------------------
+# BatchedModulusHash: all features in one remainder, equal to F separate ModulusHash modules
+# --------------------------------------------------------------------------------------------------------
+
+# One-row tables (only row 0), two rows (every id -> row 1), odd and power-of-two sizes, a Kaggle-sized one.
+MODULUS_TABLES = (1, 2, 97, 1000, 1, 64, 10_131_228, 3)
+
+
+def test_batched_modulus_hash_equals_per_feature(rng):
+    sparse = torch.stack([random_ids(rng, random_vocabulary(rng, 20), batch=409) for _ in MODULUS_TABLES], 1)
+    assert (sparse == -1).any() and (sparse >= 1 << 31).any()  # missing ids and large ids are covered
+    hasher = BatchedModulusHash(MODULUS_TABLES)
+    actual = hasher(sparse)
+    expected = torch.stack(
+        [ModulusHash(n)(sparse[:, f].contiguous()) for f, n in enumerate(MODULUS_TABLES)], 1
+    )
+    assert actual.dtype == torch.int64 and actual.shape == sparse.shape
+    assert torch.equal(actual, expected)
+    assert torch.equal(hasher(sparse.t().contiguous().t()), expected)  # a non-contiguous [B, F] view
+    # And the definition, written out per element.
+    for f, n in enumerate(MODULUS_TABLES):
+        want = [0 if i < 0 or n == 1 else 1 + i % (n - 1) for i in sparse[:, f].tolist()]
+        assert actual[:, f].tolist() == want, f
+
+
+def test_batched_modulus_hash_buffers_and_errors():
+    hasher = BatchedModulusHash([5, 1, 7])
+    assert hasher.num_embeddings_per_feature == (5, 1, 7) and hasher.num_features == 3
+    assert hasher.moduli.tolist() == [4, 1, 6] and hasher.hashed.tolist() == [True, False, True]
+    assert list(hasher.state_dict()) == []  # derived from the table sizes: nothing to checkpoint
+    with pytest.raises(ValueError, match="at least one feature"):
+        BatchedModulusHash([])
+    with pytest.raises(ValueError, match=r"\(1, 0\)"):
+        BatchedModulusHash([3, 0])
+
+
+def test_batched_modulus_hash_compiles_fullgraph(rng):
+    hasher = BatchedModulusHash(MODULUS_TABLES)
+    sparse = torch.stack([random_ids(rng, random_vocabulary(rng, 9), batch=33) for _ in MODULUS_TABLES], 1)
     compiled = torch.compile(hasher, fullgraph=True, backend="aot_eager")
     assert torch.equal(compiled(sparse), hasher(sparse))

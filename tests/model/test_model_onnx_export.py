@@ -10,14 +10,13 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import onnx
+import onnxruntime as ort
 import pytest
 import torch
 from dlrm_test_data import random_batch, random_metadata
 
 from lecture_code.model import DLRM
-
-onnx = pytest.importorskip("onnx")
-ort = pytest.importorskip("onnxruntime")
 
 # fp32: onnxruntime runs the same ops with its own GEMM kernels.
 ATOL, RTOL = 1e-5, 1e-5

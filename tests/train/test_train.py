@@ -5,18 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lecture_code import data as criteo
-from lecture_code.profiling import trace_files
-from lecture_code.train import TrainConfig, parse_args, train
-
-
-@pytest.fixture(scope="module")
-def tiny_data(tmp_path_factory):
-    root = tmp_path_factory.mktemp("criteo")
-    raw = criteo.generate_criteo_tsv(root / "raw.tsv", 12_000, seed=3)
-    out = root / "processed"
-    criteo.preprocess(raw, out, frequency_threshold=2, show_progress=False)
-    return out
+from lecture_code.profiling.profiler import trace_files
+from lecture_code.training import TrainConfig, train
+from lecture_code.training.cli import parse_args
 
 
 def _config(data_dir, run_dir, **overrides) -> TrainConfig:
@@ -57,7 +48,10 @@ def test_resume_without_checkpoint_is_a_clear_error(tiny_data, tmp_path):
 
 def test_cli_flags_map_to_config():
     cfg = parse_args(["--preset", "kaggle", "--steps", "7", "--compile", "--profile", "--device", "cpu"])
-    assert (cfg.preset, cfg.steps, cfg.compile, cfg.profile, cfg.device) == ("kaggle", 7, True, True, "cpu")
+    got = (cfg.preset, cfg.steps, cfg.backend, cfg.profile, cfg.device)
+    assert got == ("kaggle", 7, "compile", True, "cpu")
+    cfg = parse_args(["--backend", "fused", "--optimizer", "rowwise_adagrad", "--cuda-graph"])
+    assert (cfg.backend, cfg.optimizer, cfg.cuda_graph) == ("fused", "rowwise_adagrad", True)
     with pytest.raises(SystemExit):
         parse_args(["--preset", "nope"])
 
@@ -66,3 +60,25 @@ def test_profile_writes_a_trace(tiny_data, tmp_path):
     train(_config(tiny_data, tmp_path, steps=6, profile=True))
     traces = trace_files(tmp_path / "profile")
     assert traces and traces[0].stat().st_size > 1000
+
+
+def test_progress_messages_go_to_the_log_callable(tiny_data, tmp_path):
+    messages = []
+    result = train(_config(tiny_data, tmp_path, steps=5), log=messages.append)
+    logloss, baseline, auc = (result.final[k] for k in ("logloss", "baseline_logloss", "auc"))
+    expected = f"step 5: holdout logloss {logloss:.4f} (constant predictor {baseline:.4f}), AUC {auc:.4f}"
+    assert messages == [expected]
+
+
+def test_inside_a_notebook_messages_are_plain_stdout_lines(tiny_data, tmp_path, monkeypatch, capfd):
+    """In a Jupyter kernel stderr shows in a red box and loguru may colour it: plain stdout lines instead."""
+    from lecture_code.training import logs
+
+    assert not logs.in_jupyter_kernel()  # pytest is not a kernel: loguru, as in a terminal
+    assert logs.default_log() == logs.logger.info
+    monkeypatch.setattr(logs, "in_jupyter_kernel", lambda: True)
+    assert logs.default_log() is logs.stdout_log
+    train(_config(tiny_data, tmp_path, steps=5))
+    out, err = capfd.readouterr()
+    assert out.startswith("step 5: holdout logloss ") and out.count("\n") == 1
+    assert "\x1b[" not in out and err == ""  # no colour codes, nothing on stderr

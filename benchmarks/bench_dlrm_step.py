@@ -1,0 +1,103 @@
+"""Benchmark one DLRM training step (SGD), implementation by implementation: issue 9's table with our rows.
+
+Kaggle preset (bottom 13-512-256-64-16, top 367-512-256-1, D = 16) with the 26 Kaggle table sizes (33.8M rows,
+2 GiB of fp32 embeddings), batch 2048, uniform and Zipf ids. Per implementation
+(:data:`lecture_code.perf.dlrm_step.IMPLEMENTATIONS`): ms per step in a loop (median over interleaved repeats,
+with min and max), samples/s, the GPU's time and the host's time for one step measured apart, and memory
+(what it keeps resident, and its peak during a step).
+
+    python -m benchmarks.bench_dlrm_step            # GPU: the full table (≈ 2–3 min on an H100)
+    python -m benchmarks.bench_dlrm_step --quick    # CPU (interpreter), tiny tables, batch 16: seconds
+
+Prints a table; saves CSV + PNG under benchmarks/results/dlrm_step/, stamped with device, versions, date.
+``--time-limit`` (seconds, default 200) stops building further implementations once passed; those rows are
+saved with the reason in ``error``. An implementation that fails is a row with its error, never a crash.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+import kernels  # noqa: F401  (decides the runtime mode first: TRITON_INTERPRET=1 before triton loads, on a CPU)
+from lecture_code import bench as bu
+from lecture_code.model import DLRMConfig
+from lecture_code.perf.dlrm_step import GPU_ONLY, IMPLEMENTATIONS, make_batches, measure
+from lecture_code.perf.kaggle_tables import kaggle_tables
+
+COLUMNS = [
+    "implementation", "ids", "ms_per_step", "ms_min", "ms_max", "gpu_ms", "host_ms", "samples_per_s",
+    "state_mib", "peak_mib", "error",
+]  # fmt: skip
+
+
+def plot(rows: list[dict], path: Path, title: str) -> None:
+    """Bars of ms/step per implementation, one colour per id distribution, min–max as error bars."""
+    from matplotlib.figure import Figure
+
+    names = list(dict.fromkeys(r["implementation"] for r in rows))
+    dists = list(dict.fromkeys(r["ids"] for r in rows))
+    fig = Figure(figsize=(9, 0.55 * len(names) + 1.6))
+    ax = fig.subplots()
+    height = 0.8 / len(dists)
+    for k, dist in enumerate(dists):
+        sel = {r["implementation"]: r for r in rows if r["ids"] == dist}
+        ys = [i + k * height for i in range(len(names))]
+        ms = [sel[n]["ms_per_step"] if n in sel else math.nan for n in names]
+        lo = [m - sel[n]["ms_min"] if n in sel else 0 for m, n in zip(ms, names, strict=True)]
+        hi = [sel[n]["ms_max"] - m if n in sel else 0 for m, n in zip(ms, names, strict=True)]
+        ax.barh(ys, ms, height=height, xerr=[lo, hi], label=f"{dist} ids")
+        for y, m in zip(ys, ms, strict=True):
+            if not math.isnan(m):
+                ax.text(m, y, f" {m:.2f}", va="center", fontsize=8)
+    ax.set_yticks([i + 0.4 - height / 2 for i in range(len(names))], names)
+    ax.invert_yaxis()
+    ax.set_xlabel("ms per training step (median of interleaved repeats; bars: min–max)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv=None) -> list[dict]:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="CPU-sized run (the default on a CPU)")
+    p.add_argument("--batch-size", type=int, help="default 2048 (quick: 16)")
+    p.add_argument("--only", nargs="+", choices=IMPLEMENTATIONS, help="a subset of the implementations")
+    p.add_argument("--time-limit", type=float, default=200.0, help="seconds before skipping the rest")
+    p.add_argument("--results-dir", type=Path, help="where CSV + PNG go (default benchmarks/results)")
+    args = p.parse_args(argv)
+    start = time.monotonic()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    bu.setup(device)
+    quick = args.quick or not bu.on_gpu(device)
+    names = list(args.only or IMPLEMENTATIONS)
+    if quick:  # the interpreter runs Triton programs one by one: tiny tables, a tiny batch, one repeat
+        config = DLRMConfig.preset("small", kaggle_tables(cap=100), hashing="modulus")
+        batch, timing = args.batch_size or 16, dict(steps=1, warmup=1, repeats=1, hidden_reps=1)
+        names = [n for n in names if n not in GPU_ONLY and not n.startswith("compile")]
+    else:
+        config = DLRMConfig.preset("kaggle", kaggle_tables(), hashing="modulus")
+        batch, timing = args.batch_size or 2048, dict(steps=20, warmup=3, repeats=5, hidden_reps=5)
+        if not bu.on_gpu(device):
+            names = [n for n in names if n not in GPU_ONLY]
+    batches = {ids: make_batches(config, batch, 4, device, ids=ids) for ids in ("uniform", "zipf")}
+    results = measure(names, config, device, batches, deadline=start + args.time_limit, **timing)
+    rows = [{**asdict(r), "batch": batch, "preset": "small" if quick else "kaggle"} for r in results]
+    meta = bu.stamp(device)
+    bu.print_table(rows, COLUMNS)
+    csv_path = bu.save(rows, "dlrm_step", "dlrm_step", meta, root=args.results_dir)
+    png_path = csv_path.with_suffix(".png")
+    title = f"DLRM step, {rows[0]['preset']} preset, batch {batch} · {meta['device']} · torch {meta['torch']}"
+    plot([r for r in rows if not r["error"]], png_path, f"{title} · {meta['date'][:10]}")
+    print(f"saved {csv_path} and {png_path.name} in {time.monotonic() - start:.0f} s")
+    return rows
+
+
+if __name__ == "__main__":
+    main()

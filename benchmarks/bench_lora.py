@@ -1,0 +1,187 @@
+"""Benchmark the LoRA linear ``y = x Wᵀ + s·(x Aᵀ) Bᵀ``: overhead over the frozen base linear, per provider.
+
+Reproduces the table of issue 10 (H100, bf16). Overhead = time of the LoRA linear / time of the frozen base
+linear on the same inputs − 1; ``fwd`` is the forward alone, ``fwd+bwd`` adds the backward with dX, dA, dB
+(base: ``F.linear`` forward and its dX, W frozen). Providers:
+
+- ``eager``: ``kernels.reference.lora_linear`` under autograd (PEFT's formula);
+- ``torch.compile``: the same function compiled (default mode);
+- ``peft``: ``peft``'s LoRA ``Linear`` layer (dropout 0), where peft is importable;
+- ``unsloth-style``: ``kernels.reference.lora_linear_unsloth_order`` (``out.addmm_``, hand-written backward);
+- ``v0`` … ``v3``: the ladder of ``kernels.lora.lora_linear`` (see that module).
+
+Columns: median device time (``lecture_code.bench.median_ms``: CUDA events, L2 flushed, host hidden), the
+overhead, the peak memory the call allocates beyond its inputs (MB), and the host µs per call.
+
+    python -m benchmarks.bench_lora               # GPU: the issue's four shapes
+    python -m benchmarks.bench_lora --quick       # tiny sizes (CPU: Triton runs in the interpreter)
+    python -m benchmarks.bench_lora --results-dir benchmarks/results/tmp   # a trial run (git-ignored)
+
+Prints a table; saves CSV + PNG under benchmarks/results/lora/, stamped with device, versions, date.
+"""
+
+from __future__ import annotations
+
+import argparse
+import warnings
+from pathlib import Path
+
+import torch
+
+import kernels  # noqa: F401  (decides the runtime mode first)
+from kernels import reference, runtime
+from kernels.lora import lora_linear
+from lecture_code import bench as bu
+
+SHAPES = [(8192, 4096, 4096, 16), (8192, 4096, 4096, 64), (16384, 4096, 14336, 16), (512, 4096, 4096, 16)]
+QUICK_SHAPES = [(64, 64, 64, 16)]
+VERSIONS = ("v0", "v1", "v2", "v3")
+ALPHA = 32.0
+
+
+def _peft_layer(w: torch.Tensor, a: torch.Tensor, b: torch.Tensor, r: int):
+    """peft's LoRA ``Linear`` around a frozen ``nn.Linear`` holding w, A and B copied in (None: no peft)."""
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError:
+        return None
+    holder = torch.nn.Module()  # peft's public path: a model with a target module, wrapped by get_peft_model
+    holder.lin = torch.nn.Linear(w.shape[1], w.shape[0], bias=False, device=w.device, dtype=w.dtype)
+    holder.lin.weight.data.copy_(w)
+    config = LoraConfig(r=r, lora_alpha=ALPHA, lora_dropout=0.0, target_modules=["lin"])
+    layer = get_peft_model(holder, config).base_model.model.lin
+    layer.to(device=w.device, dtype=w.dtype)
+    layer.lora_A["default"].weight.data.copy_(a)
+    layer.lora_B["default"].weight.data.copy_(b)
+    return layer
+
+
+def providers(w, a, b, r, compile_: bool) -> dict:
+    """name → f(x, a, b) for the LoRA linear (a, b the trainable adapter tensors; peft holds its own)."""
+    s = ALPHA / r
+    out = {
+        "eager": lambda x, a, b: reference.lora_linear(x, w, a, b, s),
+        "unsloth-style": lambda x, a, b: reference.lora_linear_unsloth_order(x, w, a, b, s),
+    }
+    if compile_:
+        compiled = bu.compiled(reference.lora_linear)
+        out["torch.compile"] = lambda x, a, b: compiled(x, w, a, b, s)
+    peft = _peft_layer(w, a, b, r)
+    if peft is not None:
+        out["peft"] = lambda x, a, b: peft(x)  # its own A, B parameters (same values)
+        out["peft"].adapter = [p for p in peft.parameters() if p.requires_grad]
+    for v in VERSIONS:
+        out[v] = lambda x, a, b, v=v: lora_linear(x, w, a, b, s, version=v)
+    return out
+
+
+def _peak_mb(fn, device) -> float | None:
+    if not bu.on_gpu(device):
+        return None
+    torch.cuda.synchronize(device)
+    before = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    fn()
+    torch.cuda.synchronize(device)
+    return (torch.cuda.max_memory_allocated(device) - before) / 2**20
+
+
+def run_shape(M, K, N, r, dtype, device, compile_: bool) -> list[dict]:
+    x = torch.randn(M, K, device=device).to(dtype)
+    w = (torch.randn(N, K, device=device) / K**0.5).to(dtype)
+    a = (torch.randn(r, K, device=device) / K**0.5).to(dtype)
+    b = (torch.randn(N, r, device=device) / r**0.5).to(dtype)  # nonzero: a trained adapter, not LoRA's init
+    dy = torch.randn(M, N, device=device).to(dtype)
+    xg, ag, bg = (t.clone().requires_grad_() for t in (x, a, b))
+
+    def base_fwd():
+        return torch.nn.functional.linear(x, w)
+
+    def base_fwd_bwd():
+        return torch.autograd.grad(torch.nn.functional.linear(xg, w), (xg,), dy)
+
+    rows, shape = [], f"{M}x{K}x{N} r{r}"
+    base = {"fwd": bu.median_ms(base_fwd, device), "fwd+bwd": bu.median_ms(base_fwd_bwd, device)}
+    for pass_, fn in (("fwd", base_fwd), ("fwd+bwd", base_fwd_bwd)):
+        rows.append({"shape": shape, "pass": pass_, "provider": "base (frozen linear)", "ms": base[pass_],
+                     "overhead %": 0.0, "peak MB": _peak_mb(fn, device),
+                     "host us": bu.host_us(fn, device)})  # fmt: skip
+    for name, f in providers(w, a, b, r, compile_).items():
+        with torch.no_grad():
+            ref = reference.lora_linear(x.float(), w.float(), a.float(), b.float(), ALPHA / r)
+            got = f(x, a, b).float()
+        err = ((got - ref).norm() / ref.norm()).item()
+        if not err < 2e-2:  # never time a wrong answer
+            raise AssertionError(f"{name} at {shape}: relative error {err:.3g} against the fp32 reference")
+
+        def fwd(f=f):
+            return f(x, ag, bg)
+
+        def fwd_bwd(f=f):
+            y = f(xg, ag, bg)
+            return torch.autograd.grad(y, (xg, *getattr(f, "adapter", (ag, bg))), dy)
+
+        for pass_, fn in (("fwd", fwd), ("fwd+bwd", fwd_bwd)):
+            ms = bu.median_ms(fn, device)
+            rows.append({"shape": shape, "pass": pass_, "provider": name, "ms": ms,
+                         "overhead %": 100 * (ms / base[pass_] - 1), "peak MB": _peak_mb(fn, device),
+                         "host us": bu.host_us(fn, device)})  # fmt: skip
+    return rows
+
+
+def plot(rows, path: Path, meta) -> None:
+    """One panel per (shape, pass): a bar per provider, its overhead over the frozen base linear."""
+    from matplotlib.figure import Figure
+
+    panels = list(dict.fromkeys((r["shape"], r["pass"]) for r in rows))
+    fig = Figure(figsize=(6.5 * 2, 3.2 * ((len(panels) + 1) // 2)))
+    axes = fig.subplots((len(panels) + 1) // 2, 2, squeeze=False).ravel()
+    for ax, (shape, pass_) in zip(axes, panels, strict=False):
+        sel = [
+            r
+            for r in rows
+            if r["shape"] == shape and r["pass"] == pass_ and not r["provider"].startswith("base")
+        ]
+        ax.barh([r["provider"] for r in sel], [r["overhead %"] for r in sel])
+        ax.axvline(0, color="k", lw=0.8)
+        ax.set_xlabel("overhead over the frozen base linear (%)")
+        ax.set_title(f"{shape}, {pass_}")
+        ax.grid(axis="x", alpha=0.3)
+    fig.suptitle(
+        f"LoRA linear · {meta['device']} · torch {meta['torch']} · triton {meta['triton']} · "
+        f"{meta['date'][:10]} · {meta['dtype']}"
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="tiny sizes (the default on a CPU)")
+    p.add_argument("--no-compile", action="store_true", help="skip torch.compile (slow to compile on CPU)")
+    p.add_argument(
+        "--dtype", default=None, choices=["bfloat16", "float16", "float32"], help="default bf16 (fp32 on CPU)"
+    )
+    p.add_argument("--results-dir", type=Path, help="where CSV + PNG go (default benchmarks/results)")
+    args = p.parse_args(argv)
+    device = runtime.default_device()
+    bu.setup(device)
+    quick = args.quick or not bu.on_gpu(device)
+    dtype = (
+        getattr(torch, args.dtype) if args.dtype else (torch.bfloat16 if bu.on_gpu(device) else torch.float32)
+    )
+    rows = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        for shape in QUICK_SHAPES if quick else SHAPES:
+            rows += run_shape(*shape, dtype, device, compile_=not args.no_compile)
+            torch.cuda.empty_cache() if bu.on_gpu(device) else None
+    meta = {**bu.stamp(device), "dtype": str(dtype).removeprefix("torch.")}
+    bu.print_table(rows, ["shape", "pass", "provider", "ms", "overhead %", "peak MB", "host us"])
+    csv_path = bu.save(rows, "lora", "lora_overhead", meta, root=args.results_dir)
+    plot(rows, csv_path.with_suffix(".png"), meta)
+    print(f"saved {csv_path} and {csv_path.with_suffix('.png').name}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,332 @@
+"""LoRA linear, forward and backward, fused: ``y = x Wᵀ + b + s·(x Aᵀ) Bᵀ``.
+
+Notation: x [M, K] tokens (N-D inputs are flattened to rows), frozen base weight W [N, K] and bias b [N],
+adapter A [r, K], B [N, r], scale s = alpha / r. t = x Aᵀ [M, r] is the adapter's bottleneck.
+
+**Forward** ``y = x Wᵀ + b + s·t Bᵀ``. FLOPs: 2·M·K·N (base) + 2·M·r·(K + N) (LoRA: +0.8% at M = 8192,
+K = N = 4096, r = 16). Bytes (element size e): x, W, y once, (M·K + N·K + M·N)·e = 96 MB there in bf16. The
+base GEMM is compute-bound (≈ 370 µs at ≈ 740 TFLOP/s against ≈ 32 µs of bytes), so the floor of a LoRA
+forward is the base GEMM plus ≈ 1%: LoRA's bytes and FLOPs are noise *if* they ride along in the base GEMM.
+Eager PyTorch instead runs x Aᵀ (a pass over x), (·) Bᵀ (writes an M×N tensor), the scale (reads and writes
+it), the add (reads two, writes one): ≈ 5 extra M×N-sized passes, ≈ +40%.
+
+**Backward** (W and b frozen), with u = dY B [M, r]::
+
+    dX = dY W + s·u A          (the base dX GEMM plus a rank-r epilogue)
+    dA = s·uᵀ x = (s·u)ᵀ x     ([r, K]: a reduction over M)
+    dB = s·dYᵀ t = dYᵀ (s·t)   ([N, r]: a reduction over M)
+
+Saved: x (the frozen base linear saves it too) and s·t [M, r] (M·r·e bytes: 256 KB at M = 8192, r = 16); A,
+B, W are parameters. Nothing is recomputed: t comes from the forward. Passes over dY: the dX GEMM reads
+dY; u = dY B either rides in its main loop (v3, ``"fused"``: one extra rank-r dot per K step, only on the
+first tile of each run of N-tiles) or is its own pass (v2, ``"epilogue"``), which for a large dY also computes
+dB (:mod:`kernels.lora_skinny`: one read of dY for both); else dB reads dY once more (cuBLAS); dA reads x
+once (the base backward never reads x, so that pass
+is new work no fusion of the existing kernels removes). So 2 (v3) or 3 (v2) passes over dY, 1 over x:
+≈ 2–3 · 64 MB extra at the shape above, ≈ 43–64 µs at 3 TB/s; the backward's floor is the base dX GEMM
++ ~5%. dA and dB use cuBLAS (deterministic: no atomics, fixed reduction order).
+
+**The ladder** (``version=``, shared/STYLE.md point 7), each tested and timed side by side:
+
+- ``v0`` torch: ``F.linear`` + ``x @ Aᵀ`` + ``@ Bᵀ`` + scale + add; torch backward.
+- ``v1`` cuBLAS's base output, then one Triton kernel for the branch (:mod:`kernels.lora_branch`: t on chip,
+  ``y += s·t Bᵀ`` read-modify-write): floor ≈ +17% (y read and written again). Torch backward.
+- ``v2`` the expand ``s·t Bᵀ`` in the epilogue of a Hopper-grade base GEMM (:mod:`kernels.lora_gemm`), s·t
+  from a cuBLAS pass over x. Backward: s·u = s·dY B by cuBLAS, the dX GEMM adds s·u A in its epilogue
+  (``"epilogue"`` mode), dA and dB by cuBLAS. **The default.**
+- ``v3`` the shrink fused too (one kernel for the whole forward; the dX GEMM computes u in its main loop).
+
+Measured (``benchmarks/bench_lora.py``, H100, bf16, torch 2.11, triton 3.6, 2026-11-23, second run of the
+day; overhead over the frozen base linear, fwd / fwd+bwd): 8192×4096×4096 r16: v2 +14% / +22%, v3 +12% /
++20%, unsloth-style +27% / +39%, eager +51% / +59%; r64: v2 +15% / +24%; 16384×4096×14336 r16: v2 +2.5% /
++5.8% (v3 +37% / +9.2%); 512×4096×4096 r16: v2 +58% / +81%, v3 +43% / +255% (host-bound: see below).
+Where the rest goes, in kernel timings of the same day (``scratch`` experiments, median device time):
+
+- the base GEMM with the expand in its epilogue: 361 µs (runs of 2 N-tiles, see
+  :func:`kernels.lora_gemm.gemm_rule`) against cuBLAS's 344 (+5%); grouped order 367, warp-specialized 367,
+  the loop nest flattened 440. The dX GEMM likewise 360 against 345; at 16384×4096×14336 the forward GEMM
+  is +5%, the dX GEMM −1.6%.
+- the shrink in the main loop: an ``m64n16k16`` wgmma reads the same [64, 16] x slice from shared memory as
+  the ``m64n256k16`` of the base GEMM but does 1/16 of its MMA work, so it costs ~25% of a K step, not 6%
+  (every tile: +88 µs). v3 therefore computes T on the first tile of each run of 4 N-tiles and reuses it
+  (386 µs, +12% for the whole fused forward; v2's separate shrink is 40 µs more on top of 361).
+- the backward: s·u and dB from one pass over dY (:mod:`kernels.lora_skinny`, deterministic partial sums)
+  where dY is large (16384×14336: 230 µs against cuBLAS's two passes, 340); dA by cuBLAS (38 µs).
+- host time: ``kernel[grid](...)`` costs ≈ 45–65 µs of Python per launch of the persistent GEMM (Triton 3.6's
+  binder and cache key) against F.linear's ≈ 15–20, so every Triton kernel here launches through
+  :class:`kernels.fast_launch.CachedLauncher` (the compiled kernel's own launcher, kept per exact argument
+  key: ≈ 28 µs), with grid and constexprs computed once per shape. H100 machine, same day, two runs
+  (``scratch/gpu_host.py``, host µs per call, normal → cached launch): 8192×4096×4096 r16 v2 forward
+  249–310 → 102–109 (F.linear 15–16); v2 fwd+bwd 552–883 → 544–797 against 852 µs of device time (base
+  fwd+bwd 113–142): the rest is torch's (autograd.grad of a Python ``Function``, the small cuBLAS calls),
+  and the run-to-run spread of that host is as large as the gain. At M = 512 the device needs 0.05–0.1 ms,
+  so fwd+bwd is host-bound (v2 host 380–755 µs). CUDA graphs (``torch.cuda.graphs``) remove it for a fixed
+  shape.
+
+**General path.** v2/v3 need tensor descriptors: x and W with unit last stride and 16-byte aligned rows
+(K·e and N·e multiples of 16 bytes: K, N multiples of 8 in bf16/fp16, of 4 in fp32) and r ≤ 128.
+Anything else (odd K or N, transposed or sliced x, r up to 128) runs v1, which takes any strides; r > 128
+runs v0. ``version=None`` chooses, and warns once per reason when it falls back; an explicit version that
+cannot run raises. fp32 on a GPU at torch's default ``"highest"`` matmul precision runs v0 (cuBLAS SGEMM
+beats a Triton FMA GEMM: see :mod:`kernels.fused_mlp`); allow TF32 to use v2.
+
+**Frozen base**: if ``weight`` or ``bias`` requires grad (with grad mode on), :func:`lora_linear` raises:
+their gradients are not computed here (dW would be a second full GEMM, a different kernel).
+"""
+
+from __future__ import annotations
+
+import numbers
+import warnings
+
+import torch
+import torch.nn.functional as F
+
+from kernels.configs import BranchConfig, GemmConfig, resolve, tuning_key
+from kernels.launch import as_rows, cdiv, check_device, check_dtype, sm_count
+from kernels.lora_branch import branch_rule, lora_branch_
+from kernels.lora_gemm import MAX_RANK, gemm_rule, lowrank_gemm, tma_compatible
+from kernels.lora_skinny import skinny_pays, skinny_products
+
+__all__ = ["VERSIONS", "choose_version", "lora_linear"]
+
+VERSIONS = ("v0", "v1", "v2", "v3")
+_EPILOGUE_BACKWARD = {"v2": "epilogue", "v3": "fused"}  # the others: "torch"
+_warned: set[str] = set()
+
+
+def forward_key(version: str, x2, lora_b, has_bias: bool) -> tuple:
+    """The autotuning key of the forward kernel of ``version`` (v1: the branch kernel; v2, v3: the GEMM)."""
+    kernel = "lora_branch" if version == "v1" else f"lora_fwd_{version}"
+    return tuning_key(kernel, x2.shape[0], (x2.shape[1], *lora_b.shape, has_bias), x2.dtype, x2.device)
+
+
+def backward_key(dy2, weight, lora_b, mode: str = "epilogue") -> tuple:
+    """The autotuning key of the dX kernel (dY [M, N] · W [N, K] + rank-r epilogue; ``mode``: _backward's)."""
+    kernel = f"lora_bwd_dx_{mode}"
+    return tuning_key(kernel, dy2.shape[0], (*weight.shape, lora_b.shape[1]), dy2.dtype, dy2.device)
+
+
+def forward_config(version: str, x2, weight, lora_b, has_bias: bool, override=None):
+    """The forward's launch config: ``override``'s fields where set, the tuned or rule config for the rest."""
+    M, K = x2.shape
+    N, R = lora_b.shape
+    key = forward_key(version, x2, lora_b, has_bias)
+    if version == "v1":
+        base = resolve(key, lambda: branch_rule(M, K, N, R, x2.dtype, sm_count(x2.device)))
+    else:
+        fused = version == "v3"
+        base = resolve(key, lambda: gemm_rule(M, N, K, R, x2.dtype, sm_count(x2.device), fused))
+    return base if override is None else override.filled(base)
+
+
+def backward_config(dy2, weight, lora_b, override=None, mode: str = "epilogue") -> GemmConfig:
+    """The dX kernel's config: tuned or rule, ``override``'s set fields on top."""
+    M, N = dy2.shape
+    K, R = weight.shape[1], lora_b.shape[1]
+    key = backward_key(dy2, weight, lora_b, mode)
+    base = resolve(key, lambda: gemm_rule(M, K, N, R, dy2.dtype, sm_count(dy2.device), mode == "fused"))
+    return base if override is None else override.filled(base)
+
+
+def _forward(version, x2, weight, lora_a, lora_b, scale, bias, config):
+    """``(y [M, N], s·t [M, r])`` by one version of the ladder."""
+    if version == "v0":
+        y = F.linear(x2, weight, bias)
+        ts = (x2 @ lora_a.t()) * scale
+        return y + ts @ lora_b.t(), ts
+    if version == "v1":
+        y = F.linear(x2, weight, bias)
+        return y, lora_branch_(y, x2, lora_a, lora_b, scale, config)
+    if version == "v2":
+        if skinny_pays(*x2.shape):
+            ts, _ = skinny_products(x2, lora_a.t(), None, scale)
+        else:
+            # as (x2 @ Aᵀ) * s: rounded, then scaled; in place, one allocation less
+            ts = torch.mm(x2, lora_a.t()).mul_(scale)
+        return lowrank_gemm(x2, weight, True, lora_a.t(), lora_b.t(), scale, config, t=ts, bias=bias)
+    return lowrank_gemm(x2, weight, True, lora_a.t(), lora_b.t(), scale, config, bias=bias)
+
+
+def fused_dx_pays(M: int, K: int, device: torch.device) -> bool:
+    """Whether the fused dX GEMM is used: only when its 128 × 256 output tiles fill the GPU. Below that,
+    cuBLAS wins (H100, M = 512, K = N = 4096: fused dX 58 µs, cuBLAS's dY W alone 32 µs)."""
+    return cdiv(M, 128) * cdiv(K, 256) >= sm_count(device)
+
+
+def _backward(mode, dy2, x2, weight, lora_a, lora_b, ts, scale, need_dx, config_override):
+    """``(dX, dA, dB)``, dX None unless ``need_dx``. ``mode``: ``"torch"`` (cuBLAS, then ``addmm_``),
+    ``"epilogue"`` (s·u by cuBLAS, the dX GEMM adds s·u A in its epilogue) or ``"fused"`` (the dX GEMM also
+    computes s·u = s·dY B in its main loop)."""
+    dx = None
+    if need_dx and mode != "torch" and fused_dx_pays(x2.shape[0], x2.shape[1], x2.device):
+        if not tma_compatible(dy2):
+            dy2 = dy2.contiguous()  # e.g. the expanded gradient of a .sum(): one copy, then the fast kernel
+        config = backward_config(dy2, weight, lora_b, config_override, mode)
+        if mode == "fused":
+            dx, us = lowrank_gemm(dy2, weight, False, lora_b, lora_a, scale, config)
+            db = dy2.t() @ ts
+        elif skinny_pays(*dy2.shape):  # s·u and dB from one pass over dY (kernels.lora_skinny)
+            us, db = skinny_products(dy2, lora_b, ts, scale)
+            dx, _ = lowrank_gemm(dy2, weight, False, lora_b, lora_a, scale, config, t=us)
+        else:
+            us, db = torch.mm(dy2, lora_b).mul_(scale), dy2.t() @ ts
+            dx, _ = lowrank_gemm(dy2, weight, False, lora_b, lora_a, scale, config, t=us)
+        return dx, us.t() @ x2, db
+    else:
+        us = (dy2 @ lora_b) * scale
+        if need_dx:
+            dx = (dy2 @ weight).addmm_(us, lora_a)
+    return dx, us.t() @ x2, dy2.t() @ ts
+
+
+def _fast_path_problem(x2, weight, lora_b) -> str | None:
+    """Why v2/v3 cannot run on these tensors, or None if they can."""
+    e = x2.element_size()
+    N, R = lora_b.shape
+    K = x2.shape[1]
+    if R > MAX_RANK:
+        return f"r = {R} > {MAX_RANK} (the fused kernels keep an [rows, r] fp32 tile in registers)"
+    if (K * e) % 16 or (N * e) % 16:
+        return f"K = {K} or N = {N} is not a multiple of {16 // e} (tensor descriptors need 16-byte rows)"
+    if not tma_compatible(x2):
+        return f"x (as [M, K] with strides {x2.stride()}) is not row-contiguous with 16-byte aligned rows"
+    if not tma_compatible(weight):
+        return f"weight (strides {weight.stride()}) is not row-contiguous with 16-byte aligned rows"
+    return None
+
+
+def choose_version(x2, weight, lora_b, version: str | None = None) -> tuple[str, str | None]:
+    """``(version to run, why it is not the requested/default one or None)`` for 2-D ``x2``."""
+    if version is not None and version not in VERSIONS:
+        raise ValueError(f"lora_linear: version={version!r} is not one of {VERSIONS} (or None)")
+    if version == "v0":
+        return "v0", None
+    problem = _fast_path_problem(x2, weight, lora_b)
+    if version is None:
+        if x2.is_cuda and x2.dtype == torch.float32 and torch.get_float32_matmul_precision() == "highest":
+            return "v0", None  # documented choice, not a fallback: cuBLAS SGEMM is faster than FMA dots
+        if problem is None:
+            return "v2", None
+        if lora_b.shape[1] > MAX_RANK:
+            return "v0", problem
+        return "v1", problem
+    if version == "v1" and lora_b.shape[1] > MAX_RANK:
+        raise ValueError(f"lora_linear: version='v1' cannot run: r = {lora_b.shape[1]} > {MAX_RANK}")
+    if version in ("v2", "v3") and problem is not None:
+        raise ValueError(f"lora_linear: version={version!r} cannot run: {problem}")
+    return version, None
+
+
+def _check(x, weight, lora_a, lora_b, scale, bias) -> None:
+    fn = "lora_linear"
+    named = [("x", x), ("weight", weight), ("lora_a", lora_a), ("lora_b", lora_b)]
+    for name, t in named + ([("bias", bias)] if bias is not None else []):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{fn}: {name} must be a torch.Tensor, got {type(t).__name__}")
+        check_dtype(fn, name, t, x)
+        check_device(fn, name, t, x)
+    if x.dim() < 1 or x.shape[-1] == 0:
+        raise ValueError(f"{fn}: x must be [..., K] with K ≥ 1, got shape {tuple(x.shape)}")
+    K = x.shape[-1]
+    if weight.dim() != 2 or weight.shape[1] != K or weight.shape[0] == 0:
+        raise ValueError(f"{fn}: weight must be [N, K] with K = x.shape[-1] = {K}, got {tuple(weight.shape)}")
+    N = weight.shape[0]
+    if lora_a.dim() != 2 or lora_a.shape[1] != K or lora_a.shape[0] == 0:
+        raise ValueError(f"{fn}: lora_a must be [r, K] with r ≥ 1 and K = {K}, got {tuple(lora_a.shape)}")
+    if lora_b.dim() != 2 or lora_b.shape[0] != N:
+        raise ValueError(
+            f"{fn}: lora_b must be [N, r] with N = weight.shape[0] = {N}, got {tuple(lora_b.shape)}"
+        )
+    if lora_b.shape[1] != lora_a.shape[0]:
+        raise ValueError(
+            f"{fn}: rank mismatch: lora_a is [r, K] with r = {lora_a.shape[0]} but lora_b is [N, r] with "
+            f"r = {lora_b.shape[1]}"
+        )
+    if bias is not None and bias.shape != (N,):
+        raise ValueError(f"{fn}: bias must have shape ({N},) to match weight, got {tuple(bias.shape)}")
+    if isinstance(scale, torch.Tensor) or not isinstance(scale, numbers.Real):
+        raise TypeError(f"{fn}: scale must be a Python number (alpha / r), got {type(scale).__name__}")
+    if torch.is_grad_enabled():
+        for name, t in (("weight", weight), ("bias", bias)):
+            if t is not None and t.requires_grad:
+                raise RuntimeError(
+                    f"{fn}: {name} requires grad, but the base layer is frozen here (its gradient is not "
+                    f"computed). Call {name}.requires_grad_(False), or use the eager reference "
+                    "(kernels.reference.lora_linear) to train the base too."
+                )
+
+
+def _forward_only(x2, weight, lora_a, lora_b, bias, scale, version, fwd_override, bwd_override):
+    if x2.shape[0] == 0:
+        return x2.new_empty((0, weight.shape[0]))
+    config = (
+        None
+        if version == "v0"
+        else forward_config(version, x2, weight, lora_b, bias is not None, fwd_override)
+    )
+    return _forward(version, x2, weight, lora_a, lora_b, scale, bias, config)[0]
+
+
+class _LoRALinearFunction(torch.autograd.Function):
+    """2-D in, 2-D out: ``lora_linear`` flattens x to rows outside, so autograd handles that reshape."""
+
+    @staticmethod
+    def forward(ctx, x2, weight, lora_a, lora_b, bias, scale, version, fwd_override, bwd_override):
+        M, N = x2.shape[0], weight.shape[0]
+        if M == 0:
+            y2, ts = x2.new_empty((0, N)), x2.new_empty((0, lora_a.shape[0]))
+        else:
+            config = None
+            if version != "v0":
+                config = forward_config(version, x2, weight, lora_b, bias is not None, fwd_override)
+            y2, ts = _forward(version, x2, weight, lora_a, lora_b, scale, bias, config)
+        ctx.save_for_backward(x2, weight, lora_a, lora_b, ts)
+        ctx.scale, ctx.bwd_override = scale, bwd_override
+        ctx.bwd_mode = _EPILOGUE_BACKWARD.get(version, "torch")
+        return y2
+
+    @staticmethod
+    def backward(ctx, dy2):
+        x2, weight, lora_a, lora_b, ts = ctx.saved_tensors
+        need_dx = ctx.needs_input_grad[0]
+        if x2.shape[0] == 0:
+            dx, da, db = x2.new_zeros(x2.shape), torch.zeros_like(lora_a), torch.zeros_like(lora_b)
+        else:
+            dx, da, db = _backward(
+                ctx.bwd_mode, dy2, x2, weight, lora_a, lora_b, ts, ctx.scale, need_dx, ctx.bwd_override
+            )
+        return dx, None, da, db, None, None, None, None, None
+
+
+def lora_linear(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    lora_a: torch.Tensor,
+    lora_b: torch.Tensor,
+    scale: float,
+    bias: torch.Tensor | None = None,
+    *,
+    version: str | None = None,
+    fwd_config: GemmConfig | BranchConfig | None = None,
+    bwd_config: GemmConfig | None = None,
+) -> torch.Tensor:
+    """``x Wᵀ + b + s·(x Aᵀ) Bᵀ``: x ``[..., K]`` → ``[..., N]``, differentiable in x, lora_a and lora_b.
+
+    ``weight`` [N, K] and ``bias`` [N] are frozen: passing them with ``requires_grad`` raises. ``version``:
+    one of :data:`VERSIONS`, or None for the fastest that can run (see the module docstring for the general
+    path and its warning). ``fwd_config``/``bwd_config``: :mod:`kernels.configs` carriers whose set fields
+    override the tuned or rule config (``None`` fields are filled automatically).
+    """
+    _check(x, weight, lora_a, lora_b, scale, bias)
+    x2 = as_rows(x, "x")
+    chosen, why = choose_version(x2, weight, lora_b, version)
+    if why is not None and why not in _warned:
+        _warned.add(why)
+        warnings.warn(f"lora_linear: general path ({chosen}) because {why}", RuntimeWarning, stacklevel=2)
+    args = (x2, weight, lora_a, lora_b, bias, float(scale), chosen, fwd_config, bwd_config)
+    if torch.is_grad_enabled() and (x.requires_grad or lora_a.requires_grad or lora_b.requires_grad):
+        y2 = _LoRALinearFunction.apply(*args)
+    else:  # inference: skip autograd's bookkeeping (≈ 15 µs of host time per call)
+        y2 = _forward_only(*args)
+    return y2.view(*x.shape[:-1], weight.shape[0])

@@ -1,0 +1,84 @@
+"""Pre-tuning of the LoRA kernels for given shapes: ``python -m kernels.configs tune --shape M,K,N,r``.
+
+For each shape it times the candidates of :data:`kernels.configs.CANDIDATES` (plus the rule's own config)
+for the three kernels the default path runs or falls back to — the v2 forward GEMM, the dX GEMM of the
+backward (epilogue mode) and the v1 branch kernel — under the same keys :mod:`kernels.lora` looks up on
+every call, and stores the fastest in the persistent cache. A later process finds them and times nothing.
+
+On a GPU the timer is ``triton.testing.do_bench`` (median). Under the interpreter (CPU) the timer is
+``time.perf_counter`` and only the rule's config and the first candidate are timed (the interpreter runs
+programs one after another, so its timings say nothing about a GPU; this only shows the mechanism).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+
+from kernels.configs import CANDIDATES, tune
+from kernels.launch import sm_count
+from kernels.lora import backward_key, forward_key
+from kernels.lora_branch import branch_rule, lora_branch_
+from kernels.lora_gemm import gemm_rule, lowrank_gemm
+from kernels.runtime import default_device, interpreting
+
+__all__ = ["pretune"]
+
+
+def _candidates(rule, family: str) -> list:
+    listed = CANDIDATES[family][:1] if interpreting() else CANDIDATES[family]
+    out = [rule]
+    for config in listed:
+        config = config.filled(rule)
+        if config not in out:
+            out.append(config)
+    return out
+
+
+def _line(name: str, shape, best, timings) -> str:
+    ms = min(t for _, t in timings)
+    return f"{name:12s} M,K,N,r={shape}: best {best} at {ms * 1e3:.1f} µs ({len(timings)} timed)"
+
+
+def _tune_shape(M: int, K: int, N: int, r: int, dtype: torch.dtype, bias: bool) -> list[str]:
+    device = default_device()
+    x = torch.randn(M, K, device=device).to(dtype)
+    w = (torch.randn(N, K, device=device) / K**0.5).to(dtype)
+    a = (torch.randn(r, K, device=device) / K**0.5).to(dtype)
+    b = torch.randn(N, r, device=device).to(dtype)
+    b0 = torch.randn(N, device=device).to(dtype) if bias else None
+    dy = torch.randn(M, N, device=device).to(dtype)
+    y = torch.empty(M, N, device=device, dtype=dtype)
+    ts, us = (x @ a.t()) * 0.5, (dy @ b) * 0.5
+    sms, shape = sm_count(device), (M, K, N, r)
+    runs = [
+        (
+            "forward v2",
+            forward_key("v2", x, b, bias),
+            _candidates(gemm_rule(M, N, K, r, dtype, sms), "gemm"),
+            lambda c: lowrank_gemm(x, w, True, a.t(), b.t(), 0.5, c, t=ts, bias=b0),
+        ),
+        (
+            "backward dX",
+            backward_key(dy, w, b, "epilogue"),
+            _candidates(gemm_rule(M, K, N, r, dtype, sms), "gemm"),
+            lambda c: lowrank_gemm(dy, w, False, b, a, 0.5, c, t=us),
+        ),
+        (
+            "branch v1",
+            forward_key("v1", x, b, bias),
+            _candidates(branch_rule(M, K, N, r, dtype, sms), "branch"),
+            lambda c: lora_branch_(y, x, a, b, 0.5, c),
+        ),
+    ]
+    lines = []
+    for name, key, candidates, run in runs:
+        best, timings = tune(key, candidates, run)
+        lines.append(_line(name, shape, best, timings))
+    return lines
+
+
+def pretune(shapes: Iterable[tuple[int, int, int, int]], dtype: torch.dtype, bias: bool = False) -> list[str]:
+    """Tune the v2 forward, the dX and the v1 branch kernel for every ``(M, K, N, r)``; report lines."""
+    return [line for shape in shapes for line in _tune_shape(*shape, dtype, bias)]

@@ -1,0 +1,192 @@
+"""The one timer, for benchmarks and notebooks alike, and what a benchmark saves: stamp, table, CSV + PNG.
+
+Two numbers per call on a GPU, because a small kernel has two costs:
+
+- **device time** (:func:`median_ms`): CUDA events around ``fn()``, median of many runs, L2 flushed before
+  each. Before each run the GPU is also kept busy by a ~0.5 ms sleep kernel, so the host has enqueued all of
+  ``fn``'s launches before the start event fires: the time is the GPU's, whatever Python does around it.
+  Plain ``triton.testing.do_bench`` hides host overhead only up to the length of its L2 flush (≈ 85 µs on an
+  H100); a call that spends longer than that in Python (autotuner dispatch, argument checks, guards) leaks
+  the difference into the "kernel" time. That is what made a first H100 run show Triton kernels at 25–60% of
+  the copy reference at 1024–4096 rows, while the same kernels launched bare ran at 95–115%.
+- **host time** (:func:`host_us`): CPU microseconds per call, enqueueing without waiting. When it exceeds
+  the device time, a loop of such calls is launch-bound: the GPU waits for Python (CUDA graphs, or
+  ``torch.compile(mode="reduce-overhead")``, take the host out of the loop).
+
+On a CPU, a ``time.perf_counter`` loop (Triton kernels run in the interpreter there: the numbers only show
+that the script works, not how fast anything is).
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import platform
+import re
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import triton
+import triton.testing
+
+from lecture_code.triton_cpu.internals import gpu_sleep, gpu_sleep_available
+
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"  # what README and notebooks read
+
+
+def on_gpu(device: torch.device) -> bool:
+    return device.type == "cuda"
+
+
+def setup(device: torch.device) -> None:
+    """On a CPU, one torch thread: CPU timings only show that the script works, and with several OpenMP
+    threads on a busy 2-core machine they are dominated by contention (milliseconds for a µs kernel)."""
+    if not on_gpu(device):
+        torch.set_num_threads(1)
+
+
+SLEEP_CYCLES = 1_000_000  # ≈ 0.5 ms at the H100's 1.7–2 GHz: longer than any host overhead measured here
+_flush: dict[torch.device, torch.Tensor] = {}
+
+
+def median_ms(fn: Callable[[], object], device: torch.device, cpu_reps: int = 5) -> float:
+    """Median time of ``fn()`` in milliseconds: device time on a GPU (see the module docstring)."""
+    if on_gpu(device):
+        if not gpu_sleep_available():  # private but long-lived; without it, the usual do_bench
+            return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+        return _device_ms(fn, device)
+    fn()  # warm up (compiles, caches)
+    times = []
+    for _ in range(cpu_reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return 1e3 * statistics.median(times)
+
+
+def _device_ms(fn: Callable[[], object], device: torch.device, budget_ms: float = 100.0) -> float:
+    if device not in _flush:  # 256 MB, five times the H100's 50 MB L2, as do_bench uses
+        _flush[device] = torch.empty(256 * 2**20, dtype=torch.int8, device=device)
+    flush = _flush[device]
+    for _ in range(3):  # warm up: compiles, autotunes, caches
+        fn()
+    torch.cuda.synchronize(device)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(5):
+        fn()
+    end.record()
+    torch.cuda.synchronize(device)
+    reps = int(min(200, max(20, budget_ms / max(start.elapsed_time(end) / 5, 1e-3))))
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for i in range(reps):
+        flush.zero_()
+        gpu_sleep(SLEEP_CYCLES)  # the GPU waits here while the host enqueues fn's launches
+        starts[i].record()
+        fn()
+        ends[i].record()
+    torch.cuda.synchronize(device)
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True))
+
+
+def host_us(fn: Callable[[], object], device: torch.device, calls: int = 100) -> float | None:
+    """CPU microseconds per ``fn()`` call, enqueued back to back without waiting (GPU only, else None)."""
+    if not on_gpu(device):
+        return None
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize(device)
+    return 1e6 * (t1 - t0) / calls
+
+
+def copy_gbps(numel: int, dtype: torch.dtype, device: torch.device) -> float:
+    """Measured ``y.copy_(x)`` bandwidth in GB/s (bytes read + written): the copy *reference* for memory-bound
+    kernels. Not a ceiling: sizes that stay in L2 (50 MB on an H100), or a kernel that reads more than it
+    writes, can exceed it."""
+    x = torch.randn(numel, device=device).to(dtype)
+    y = torch.empty_like(x)
+    ms = median_ms(lambda: y.copy_(x), device)
+    return 2 * numel * x.element_size() / (ms * 1e6)
+
+
+def compiled(fn: Callable) -> Callable:
+    """A fresh ``torch.compile`` of ``fn`` specialised to the next shapes it sees (dynamo cache reset, so a
+    long sweep never hits the recompile limit and silently falls back to eager)."""
+    torch._dynamo.reset()
+    return torch.compile(fn, dynamic=False)
+
+
+def stamp(device: torch.device) -> dict[str, str]:
+    """Where and with what a result was measured."""
+    name = torch.cuda.get_device_name(device) if on_gpu(device) else f"CPU ({platform.processor() or 'cpu'})"
+    return {
+        "device": name,
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "date": dt.datetime.now().isoformat(timespec="seconds"),
+    }
+
+
+def print_table(rows: list[dict], columns: list[str]) -> None:
+    widths = {c: max(len(c), *(len(_fmt(r.get(c))) for r in rows)) for c in columns}
+    print("  ".join(c.rjust(widths[c]) for c in columns))
+    for r in rows:
+        print("  ".join(_fmt(r.get(c)).rjust(widths[c]) for c in columns))
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.1f}" if abs(v) >= 10 else f"{v:.3g}"
+    return "" if v is None else str(v)
+
+
+def save(rows: list[dict], folder: str, name: str, meta: dict[str, str], root: Path | None = None) -> Path:
+    """Write ``rows`` stamped with ``meta`` to <root>/<folder>/<name>_<device>_<date>.csv; return it.
+
+    ``root`` defaults to ``benchmarks/results`` (the committed results); pass e.g. ``benchmarks/results/tmp``
+    (git-ignored) for trial runs."""
+    out_dir = (root or RESULTS) / folder
+    out_dir.mkdir(parents=True, exist_ok=True)
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", meta["device"]).strip("-").lower()
+    path = out_dir / f"{name}_{slug}_{meta['date'][:10]}.csv"
+    rows = [{**r, **meta} for r in rows]
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def plot(rows, panels: list[tuple[str, str]], x: str, y: str, reference: str, path: Path, meta, xlabel=None):
+    """A panel per (kernel, dtype), a line per provider, the copy reference dashed; writes ``path``."""
+    from matplotlib.figure import Figure
+
+    kernels, dtypes = list(dict.fromkeys(k for k, _ in panels)), list(dict.fromkeys(d for _, d in panels))
+    fig = Figure(figsize=(5.5 * len(dtypes), 4 * len(kernels)))
+    axes = fig.subplots(len(kernels), len(dtypes), squeeze=False)
+    for kernel, dtype in panels:
+        ax = axes[kernels.index(kernel)][dtypes.index(dtype)]
+        sel = [r for r in rows if r["kernel"] == kernel and r["dtype"] == dtype]
+        for provider in dict.fromkeys(r["provider"] for r in sel):
+            pts = [r for r in sel if r["provider"] == provider]
+            ax.plot([r[x] for r in pts], [r[y] for r in pts], marker="o", label=provider)
+        ref = {r[x]: r[reference] for r in sel}
+        ax.plot(list(ref), list(ref.values()), "k--", label="copy reference (y.copy_(x))")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel(xlabel or x)
+        ax.set_ylabel(y)
+        ax.set_title(f"{kernel}, {dtype}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"{meta['device']} · torch {meta['torch']} · triton {meta['triton']} · {meta['date'][:10]}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)

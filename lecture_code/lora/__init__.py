@@ -1,0 +1,45 @@
+"""LoRA for the lecture's models: ``LoRALinear``, ``apply_lora``, merging, adapter files, the DLRM case study.
+
+- :mod:`.layer`: ``LoRALinear`` (backend ``"eager"`` | ``"fused"``, the latter calling ``kernels.lora``);
+- :mod:`.apply`: ``apply_lora`` (PEFT-style ``target_modules``), ``merge_lora``/``unmerge_lora``,
+  ``set_backend``, ``parameter_counts``;
+- :mod:`.adapter_io`: adapter-only ``save_adapter``/``load_adapter`` (A, B and their config, no base);
+- :mod:`.original_pattern`: the original lecture's LoRA mistakes, re-created small to show what they do;
+- :mod:`.dlrm_adaptation`: adapt a trained DLRM to a shifted day with LoRA (``python -m lecture_code.lora``);
+- :mod:`.exercises`: the checker for notebook 06's exercise (a hand-written LoRA backward).
+"""
+
+from lecture_code.lora.adapter_io import (
+    adapter_config,
+    adapter_state_dict,
+    load_adapter,
+    save_adapter,
+)
+from lecture_code.lora.apply import (
+    ParameterCount,
+    apply_lora,
+    linear_names,
+    lora_modules,
+    merge_lora,
+    parameter_counts,
+    set_backend,
+    unmerge_lora,
+)
+from lecture_code.lora.layer import BACKENDS, LoRALinear
+
+__all__ = [
+    "BACKENDS",
+    "LoRALinear",
+    "ParameterCount",
+    "adapter_config",
+    "adapter_state_dict",
+    "apply_lora",
+    "linear_names",
+    "load_adapter",
+    "lora_modules",
+    "merge_lora",
+    "parameter_counts",
+    "save_adapter",
+    "set_backend",
+    "unmerge_lora",
+]

@@ -1,0 +1,269 @@
+"""The DLRM training step, fusion by fusion: each implementation of issue 9's table, built and measured alike.
+
+One SGD step (``lr``), the modulus hash (any id fits any table), the given preset and tables. Versions, in the
+order the lecture applies them (each a named builder, validated against eager in the tests):
+
+- ``eager, sparse grads``: ``nn.Embedding(sparse=True)``: 26 gathers, sparse gradients, SGD on them.
+- ``eager, dense grads``: ``nn.Embedding`` as in :class:`~lecture_code.model.DLRM`: a dense ``[n_f, D]``
+  gradient per table, SGD over every row of every table.
+- ``compile, dense grads``: the same through ``torch.compile`` (``backend="compile"``).
+- ``packed + index_add_``: the two simple tricks: the 26 tables as ONE packed buffer (one gather, no
+  ``stack``), and exact SGD on the touched rows by ``weight.index_add_(0, rows, grad, alpha=-lr)`` inside the
+  backward (:class:`PackedSGDSparseArch`): no dense gradient, no pass over the tables.
+- ``packed + index_add_, CUDA graph``: that step captured once and replayed.
+- ``fused``: ``backend="fused"``: the table-batched embedding with SGD in its backward + the fused dot
+  interaction (:mod:`lecture_code.model.fused`).
+- ``fused, CUDA graph`` and ``fused + compiled MLPs, CUDA graph``: replayed from one graph; the last also
+  runs the two MLPs through ``torch.compile`` (the choice :mod:`lecture_code.model.fused` leaves eager).
+
+:func:`measure` times them interleaved (:func:`~lecture_code.perf.step_timing.time_interleaved`: wall time
+per step in a loop that never syncs, its spread over repeats) and, separately, GPU time and host time of one
+step: the GPU is held by ``torch.cuda._sleep`` while the host enqueues the step, so the events around the step
+measure only the GPU's work, and the host's clock only the host's (CUDA graph: one launch).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from lecture_code.data import Batch
+from lecture_code.model import DLRM, DLRMConfig
+from lecture_code.model import fused as _fused  # noqa: F401  (define the Triton kernels outside `with device`)
+from lecture_code.perf.step_timing import Variant, time_interleaved
+from lecture_code.training import make_graphed_train_step, make_optimizers, make_train_step
+from lecture_code.triton_cpu.internals import gpu_sleep
+
+__all__ = [
+    "IMPLEMENTATIONS",
+    "PackedSGDSparseArch",
+    "StepResult",
+    "build_step",
+    "make_batches",
+    "measure",
+]
+
+IMPLEMENTATIONS = (
+    "eager, sparse grads",
+    "eager, dense grads",
+    "compile, dense grads",
+    "packed + index_add_",
+    "packed + index_add_, CUDA graph",
+    "fused",
+    "fused, CUDA graph",
+    "fused + compiled MLPs, CUDA graph",
+)
+GPU_ONLY = {name for name in IMPLEMENTATIONS if "CUDA graph" in name}
+COMPILES = {"compile, dense grads", "fused + compiled MLPs, CUDA graph"}
+
+
+class _GatherIndexAddSGD(torch.autograd.Function):
+    """Forward: ``weight[rows]``. Backward: ``weight[rows] -= lr · grad`` summed per row (``index_add_``)."""
+
+    @staticmethod
+    def forward(ctx, trigger, weight, rows, lr):
+        ctx.save_for_backward(weight, rows, lr)
+        return weight[rows]  # [B, F, D]: one gather for all tables
+
+    @staticmethod
+    def backward(ctx, grad):
+        weight, rows, lr = ctx.saved_tensors
+        # index_add_ sums repeated rows (atomics on a GPU); alpha must be a number: scale the gradient by -lr
+        weight.index_add_(0, rows.reshape(-1), grad.reshape(-1, weight.shape[1]) * -lr)
+        return None, None, None, None
+
+
+class PackedSGDSparseArch(nn.Module):
+    """The two tricks in eager PyTorch: one packed table, exact SGD on the touched rows in backward.
+
+    Same layout as the fused backend (``weight [R, D]``, ``table_offsets [F+1]``), same checkpoint keys as the
+    eager ``SparseArch`` (built from one: :meth:`from_sparse_arch`), but plain torch ops: a gather, and an
+    ``index_add_`` of ``-lr · grad`` into the weight (non-deterministic summation order on a GPU)."""
+
+    def __init__(self, hashes: nn.Module, weights: Sequence[torch.Tensor], lr: float):
+        super().__init__()
+        self.hashes = hashes
+        sizes = torch.tensor([w.shape[0] for w in weights])
+        self.register_buffer("weight", torch.cat([w.detach() for w in weights]))
+        self.register_buffer(
+            "row_base", torch.cat([sizes.new_zeros(1), sizes.cumsum(0)[:-1]]).to(self.weight.device)
+        )
+        self.register_buffer("lr", torch.full((), float(lr), device=self.weight.device))
+
+    @classmethod
+    def from_sparse_arch(cls, sparse_arch, lr: float) -> PackedSGDSparseArch:
+        return cls(sparse_arch.hashes, [t.weight for t in sparse_arch.embeddings], lr)
+
+    def forward(self, sparse: torch.Tensor) -> torch.Tensor:
+        """Raw ids ``[B, F]`` → ``[B, F, D]``."""
+        rows = self.hashes(sparse) + self.row_base  # [B, F] global rows
+        if not (self.training and torch.is_grad_enabled()):
+            return self.weight[rows]
+        trigger = torch.zeros(
+            0, device=self.weight.device, requires_grad=True
+        )  # makes autograd call backward
+        return _GatherIndexAddSGD.apply(trigger, self.weight, rows, self.lr)
+
+
+def _model(name: str, config: DLRMConfig, device: torch.device, lr: float) -> DLRM:
+    with device:  # factories allocate and initialise on the device (2 GiB of Kaggle tables: no CPU detour)
+        if name.startswith("fused"):
+            return DLRM(config, backend="fused", embedding_optimizer="sgd", embedding_lr=lr)
+        model = DLRM(config, backend="compile" if name.startswith("compile") else "eager")
+        if name.startswith("packed"):
+            model.sparse_arch = PackedSGDSparseArch.from_sparse_arch(model.sparse_arch, lr)
+        if name == "eager, sparse grads":
+            for table in model.sparse_arch.embeddings:
+                table.sparse = True
+        return model
+
+
+def build_step(name: str, config: DLRMConfig, device: torch.device, example: Batch, lr: float = 0.1):
+    """``(train_step, model)`` of implementation ``name`` (one of :data:`IMPLEMENTATIONS`)."""
+    if name not in IMPLEMENTATIONS:
+        raise ValueError(f"unknown implementation {name!r}; choose from {IMPLEMENTATIONS}")
+    if name in GPU_ONLY and device.type != "cuda":
+        raise RuntimeError(f"{name!r} needs a GPU")
+    if config.hashing != "modulus":
+        raise ValueError("the step benchmark uses hashing='modulus' (any id fits any table)")
+    model = _model(name, config, device, lr)
+    if name.startswith("packed"):  # the tables are buffers updated in backward: SGD on the MLPs only
+        opts = (torch.optim.SGD(model.dense_parameters(), lr=lr), None)
+    else:
+        opts = make_optimizers(model, "sgd", lr)
+    if name == "fused + compiled MLPs, CUDA graph":
+        model.dense_arch.compile()
+        model.over_arch.compile()
+    if "CUDA graph" in name:
+        return make_graphed_train_step(model, opts, example), model
+    return make_train_step(model, opts), model
+
+
+def make_batches(
+    config: DLRMConfig, batch_size: int, n: int, device: torch.device, ids: str = "uniform", seed: int = 0
+) -> list[Batch]:
+    """``n`` random batches. ``ids``: ``"uniform"`` over each table, or ``"zipf"``: rank ``k`` of table ``f``
+    drawn with probability ∝ ``1/k^1.1`` (continuous inverse CDF, then floored): hot rows repeat in a batch,
+    as real ids do. Raw ids are the ranks (the modulus hash maps rank ``k`` to row ``1 + k mod (n_f−1)``)."""
+    if ids not in ("uniform", "zipf"):
+        raise ValueError(f"ids must be 'uniform' or 'zipf', got {ids!r}")
+    gen = torch.Generator().manual_seed(seed)
+    sizes = torch.tensor(config.num_embeddings_per_feature, dtype=torch.float64)
+    out = []
+    for _ in range(n):
+        u = torch.rand(batch_size, config.num_sparse, generator=gen, dtype=torch.float64)
+        if ids == "uniform":
+            ranks = (u * sizes).floor()
+        else:
+            s = 1.1
+            top = sizes.clamp(min=2) ** (1 - s)
+            ranks = (((top - 1) * u + 1) ** (1 / (1 - s))).floor() - 1
+        dense = torch.log1p(torch.rand(batch_size, config.num_dense, generator=gen) * 100)
+        label = (torch.rand(batch_size, generator=gen) < 0.25).float()
+        out.append(Batch(dense, ranks.long(), label).to(device))
+    return out
+
+
+@dataclass
+class StepResult:
+    implementation: str
+    ids: str
+    ms_per_step: float  # median wall time per step in a loop (no sync per step)
+    ms_min: float
+    ms_max: float
+    gpu_ms: float | None  # the GPU's time for one step, host hidden (GPU only)
+    host_ms: float  # the host's time to issue one step (on a CPU: the whole step)
+    samples_per_s: float
+    state_mib: float | None  # what the implementation keeps on the GPU: weights, grads, optimizer, graph pool
+    peak_mib: float | None  # state + the most one step holds on top
+    error: str = ""
+
+
+def _hidden_step(step: Callable, batch: Batch, device: torch.device, wall_ms: float) -> tuple[float, float]:
+    """(GPU ms, host ms) of one step: the GPU sleeps while the host issues the step (≈ 2e6 cycles per ms)."""
+    if device.type != "cuda":
+        t0 = time.perf_counter()
+        step(batch)
+        return float("nan"), 1e3 * (time.perf_counter() - t0)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize(device)
+    gpu_sleep(int(4e6 * max(wall_ms, 0.5)))  # twice the wall time of a whole step
+    t0 = time.perf_counter()
+    start.record()
+    step(batch)
+    end.record()
+    host = 1e3 * (time.perf_counter() - t0)
+    torch.cuda.synchronize(device)
+    return start.elapsed_time(end), host
+
+
+def measure(
+    names: Sequence[str],
+    config: DLRMConfig,
+    device: torch.device,
+    batches: dict[str, list[Batch]],
+    *,
+    steps: int = 20,
+    warmup: int = 3,
+    repeats: int = 5,
+    hidden_reps: int = 5,
+    deadline: float | None = None,
+    log: Callable[[str], object] = print,
+) -> list[StepResult]:
+    """Build each implementation once, then per id distribution time them all interleaved. Implementations
+    that fail to build or run become rows with ``error`` set (the message), not a crash; past ``deadline``
+    (``time.monotonic()``) the remaining ones are skipped, with that as their error."""
+    gpu = device.type == "cuda"
+    first = next(iter(batches.values()))[0]
+    built: dict[str, tuple[Callable, float | None]] = {}
+    errors: dict[str, str] = {}
+    for name in names:
+        if deadline is not None and time.monotonic() > deadline:
+            errors[name] = "skipped: past the time limit"
+            continue
+        t0 = time.monotonic()
+        try:
+            before = torch.cuda.memory_allocated(device) if gpu else 0
+            step, _ = build_step(name, config, device, first)
+            for _ in range(max(warmup, 1)):
+                step(first)  # compile, optimizer state, graph pool: all resident from here on
+            if gpu:
+                torch.cuda.synchronize(device)
+            state = (torch.cuda.memory_allocated(device) - before) / 2**20 if gpu else None
+            built[name] = (step, state)
+            log(f"built {name!r} in {time.monotonic() - t0:.1f} s")
+        except Exception as exc:  # noqa: BLE001 — a benchmark reports what failed and goes on
+            errors[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+            log(f"{name!r} failed: {errors[name]}")
+    results = []
+    for ids, bs in batches.items():
+        live = [n for n in names if n in built]
+        variants = [Variant(n, built[n][0], bs) for n in live]
+        timings = (
+            time_interleaved(variants, device, steps=steps, warmup=warmup, repeats=repeats) if live else []
+        )
+        hidden: dict[str, list[tuple[float, float]]] = {n: [] for n in live}
+        for r in range(hidden_reps):  # interleaved too
+            for n, t in zip(live, timings, strict=True):
+                hidden[n].append(_hidden_step(built[n][0], bs[r % len(bs)], device, t.ms_per_step))
+        for n, t in zip(live, timings, strict=True):
+            transient = t.peak_step_mib if gpu else None
+            state = built[n][1]
+            gpu_ms = statistics.median(h[0] for h in hidden[n]) if gpu else None
+            results.append(
+                StepResult(
+                    n, ids, t.ms_per_step, t.ms_min, t.ms_max, gpu_ms, statistics.median(h[1] for h in hidden[n]),  # noqa: E501
+                    1e3 * bs[0].label.shape[0] / t.ms_per_step, state,
+                    None if state is None else state + transient,
+                )
+            )  # fmt: skip
+        for n in names:
+            if n in errors:
+                nan = float("nan")
+                results.append(StepResult(n, ids, nan, nan, nan, None, nan, nan, None, None, errors[n]))
+    return results

@@ -1,0 +1,34 @@
+"""Training DLRM: the loop, its command line, checkpoints and holdout metrics.
+
+- :mod:`.train`: :class:`TrainConfig`, :func:`train` (the loop), :func:`build`, :func:`make_train_step`;
+- :mod:`.cli`: ``python -m lecture_code.training --preset small --steps 300`` (flags = ``TrainConfig``);
+- :mod:`.optimizers`: the dense and table optimizers of each ``--optimizer`` (eager row-wise Adagrad too);
+- :mod:`.graphs`: one training step captured as one CUDA graph and replayed (GPU only);
+- :mod:`.checkpoint`: save/load model + optimizer + step, atomically;
+- :mod:`.metrics`: holdout logloss and AUC against the constant predictor;
+- :mod:`.logs`: where progress messages go (loguru in a terminal, plain stdout lines in a notebook).
+"""
+
+from lecture_code.training.checkpoint import load_checkpoint, save_checkpoint
+from lecture_code.training.graphs import make_graphed_train_step
+from lecture_code.training.logs import default_log, in_jupyter_kernel
+from lecture_code.training.metrics import evaluate
+from lecture_code.training.optimizers import OPTIMIZERS, RowWiseAdagrad, make_optimizers
+from lecture_code.training.train import TrainConfig, TrainResult, build, make_train_step, train
+
+__all__ = [
+    "OPTIMIZERS",
+    "RowWiseAdagrad",
+    "TrainConfig",
+    "TrainResult",
+    "build",
+    "default_log",
+    "evaluate",
+    "in_jupyter_kernel",
+    "load_checkpoint",
+    "make_graphed_train_step",
+    "make_optimizers",
+    "make_train_step",
+    "save_checkpoint",
+    "train",
+]

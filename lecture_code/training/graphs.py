@@ -1,0 +1,107 @@
+"""One training step as one CUDA graph: capture forward + backward + optimizer once, then replay it.
+
+A DLRM step at batch 2048 launches a few hundred small kernels; the GPU finishes each before the host has
+launched the next (notebook 02). A CUDA graph records the launches once and replays them all with one call,
+so the host cost per step becomes one ``cudaGraphLaunch``. What that needs from the step:
+
+- static shapes (the loop drops the last partial batch) and static addresses: every batch is *copied* into
+  the same input buffers (``static.dense.copy_(batch.dense)``, …) before the replay;
+- no host sync and no host work inside (no ``.item()``, no id check: the fused backend runs its
+  table-batched embedding with ``check_ids=False``; a learning rate lives in a device tensor);
+- optimizers that step on the device without reading host state: SGD and Adagrad as they are, Adam with
+  ``capturable=True`` (set here);
+- a warm-up on a side stream before capture (lazy state: optimizer buffers, cuBLAS workspaces, Triton
+  compilations). Warm-up steps train, so the model and optimizer state are saved before and written back
+  after, in place (the graph records addresses): the first replay is then the first step, bit for bit
+  what the uncaptured step would have done (tested on a GPU).
+
+The gradients become graph-owned buffers (``zero_grad(set_to_none=True)`` before capture, so the captured
+backward allocates them in the graph's pool); the returned loss is a static tensor overwritten by each replay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+__all__ = ["make_graphed_train_step"]
+
+
+def _optimizers(optimizer) -> list[torch.optim.Optimizer]:
+    items = optimizer if isinstance(optimizer, Sequence) else [optimizer]
+    return [o for o in items if o is not None]
+
+
+def _state_tensors(model: torch.nn.Module) -> list[torch.Tensor]:
+    return [*model.parameters(), *model.buffers()]
+
+
+def make_graphed_train_step(
+    model: torch.nn.Module, optimizer, example_batch, warmup: int = 2
+) -> Callable[[object], torch.Tensor]:
+    """``step(batch) -> loss``: the loop's step (:func:`~lecture_code.training.make_train_step`) replayed
+    from one CUDA graph. ``optimizer``: one optimizer or a sequence (``None`` entries skipped);
+    ``example_batch``: a batch of the size every later batch has (``dense``, ``sparse``, ``label``).
+    Raises on a model that is not on a GPU."""
+    from lecture_code.training.train import make_train_step  # the same step, captured
+
+    device = next(model.parameters()).device
+    if device.type != "cuda":
+        raise RuntimeError(f"a CUDA graph step needs the model on a GPU; it is on {device}")
+    opts = _optimizers(optimizer)
+    for opt in opts:
+        if isinstance(opt, torch.optim.Adam):
+            for group in opt.param_groups:
+                group["capturable"] = True
+    step = make_train_step(model, opts, compile_model=False)
+    static = type(example_batch)(*(t.clone() for t in example_batch))
+
+    saved_model = [t.detach().clone() for t in _state_tensors(model)]
+    saved_opt = [
+        {p: {k: (v.clone() if torch.is_tensor(v) else v) for k, v in opt.state[p].items()} for p in opt.state}
+        for opt in opts
+    ]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            step(static)
+    torch.cuda.current_stream().wait_stream(side)
+    with torch.no_grad():  # undo the warm-up's training, in place (the graph will record these addresses)
+        for t, s in zip(_state_tensors(model), saved_model, strict=True):
+            t.copy_(s)
+        for opt, before in zip(opts, saved_opt, strict=True):
+            for p, state in opt.state.items():
+                for k, v in state.items():
+                    if not torch.is_tensor(v):
+                        state[k] = before.get(p, {}).get(k, v)
+                    elif p in before:
+                        v.copy_(before[p][k])
+                    else:
+                        v.zero_()  # state created by the warm-up: zero is the fresh state (Adam, SGD)
+
+    for opt in opts:
+        opt.zero_grad(set_to_none=True)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_loss = _captured_step(model, opts, static)
+
+    def graphed_step(batch) -> torch.Tensor:
+        for dst, src in zip(static, batch, strict=True):
+            dst.copy_(src, non_blocking=True)
+        graph.replay()
+        return static_loss
+
+    graphed_step.graph = graph  # type: ignore[attr-defined]
+    graphed_step.static_batch = static  # type: ignore[attr-defined]
+    return graphed_step
+
+
+def _captured_step(model, opts, batch) -> torch.Tensor:
+    """The step without ``zero_grad``: captured gradients are written, not accumulated, by each replay."""
+    loss = torch.nn.functional.binary_cross_entropy_with_logits(model(batch.dense, batch.sparse), batch.label)
+    loss.backward()
+    for opt in opts:
+        opt.step()
+    return loss.detach()

@@ -1,0 +1,223 @@
+"""Train DLRM on Criteo-format data: the loop behind ``python -m lecture_code.training``.
+
+The loop keeps the GPU busy: the loss is accumulated on the device and read back (a host sync) only every
+``log_every`` steps — a ``.item()`` per step is the first finding of notebook 02. Logloss and AUC are computed
+on a held-out split; the constant predictor (always the positive rate) is the baseline to beat.
+The model returns logits and the loss is ``BCEWithLogitsLoss``; probabilities come from
+``DLRM.predict_proba``, which applies the sigmoid exactly once.
+
+Outputs under ``--run-dir`` (git-ignored ``runs/``): ``checkpoint.pt`` (``--resume`` continues exactly
+where it stopped: data order is a function of (seed, epoch), so the step counter says which batch is next),
+TensorBoard scalars, and with ``--profile`` a profiler trace of a few steps.
+
+Progress messages (resume, holdout metrics) go to ``train``'s ``log`` callable: by default loguru in a
+terminal and plain stdout lines inside a Jupyter kernel (:mod:`.logs` says why).
+
+``backend`` picks how the model runs (``eager``, ``compile``, ``fused``: :mod:`lecture_code.model.dlrm`);
+``optimizer`` the update rule of the dense parameters and of the tables (:mod:`.optimizers`), with ``lr``
+for both; with ``fused`` the tables' update happens inside backward and the torch optimizer sees only
+``model.dense_parameters()``. ``cuda_graph`` replays each step from one CUDA graph (:mod:`.graphs`; GPU only).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from torch.utils.tensorboard import SummaryWriter
+from tqdm import tqdm
+
+from lecture_code import data as criteo
+from lecture_code.environment import device as default_device
+from lecture_code.model import BACKENDS, DLRM
+from lecture_code.profiling.profiler import step_profiler
+from lecture_code.training.checkpoint import load_checkpoint, save_checkpoint
+from lecture_code.training.logs import default_log
+from lecture_code.training.metrics import evaluate
+from lecture_code.training.optimizers import (
+    OPTIMIZERS,
+    embedding_optimizer_state,
+    load_embedding_optimizer_state,
+    make_optimizers,
+)
+
+
+@dataclass
+class TrainConfig:
+    preset: str = "small"
+    data_dir: str | None = None  # None: the embedded synthetic default (generated on first use)
+    steps: int = 300  # total optimizer steps; training crosses epochs as needed
+    batch_size: int = 512
+    lr: float = 3e-3
+    interaction: str = "dot"
+    hashing: str = "vocabulary"
+    holdout_fraction: float = 0.1
+    seed: int = 0
+    backend: str = "eager"  # "eager" | "compile" | "fused" (lecture_code.model.BACKENDS)
+    optimizer: str = "adam"  # "adam" | "sgd" | "rowwise_adagrad" (fused: not adam); lr for dense and tables
+    cuda_graph: bool = False  # replay each step from one CUDA graph (GPU only)
+    profile: bool = False
+    device: str | None = None
+    log_every: int = 20
+    eval_every: int = 0  # 0: evaluate only at the end
+    checkpoint_every: int = 100
+    run_dir: str = "runs/dlrm"
+    resume: bool = False
+    progress: bool = True
+
+
+@dataclass
+class TrainResult:
+    steps: list[int] = field(default_factory=list)  # step at which each logged loss was taken
+    losses: list[float] = field(default_factory=list)  # mean training loss over the last log_every steps
+    evals: list[dict] = field(default_factory=list)  # {"step", "logloss", "auc", "baseline_logloss", ...}
+    checkpoint: Path | None = None
+
+    @property
+    def final(self) -> dict:
+        return self.evals[-1] if self.evals else {}
+
+
+def check_config(cfg: TrainConfig) -> None:
+    """Reject combinations that cannot run, before any data is read."""
+    if cfg.backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {cfg.backend!r}")
+    if cfg.optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {cfg.optimizer!r}")
+    if cfg.backend == "fused" and cfg.optimizer == "adam":
+        raise ValueError(
+            "backend 'fused' updates the tables inside backward with 'sgd' or 'rowwise_adagrad' (Adam's "
+            "per-element state would be a pass over every table each step): pass --optimizer sgd or "
+            "--optimizer rowwise_adagrad"
+        )
+    if cfg.cuda_graph and cfg.backend == "compile":
+        raise ValueError("--cuda-graph captures the eager or fused step; for compile use its own cudagraphs")
+
+
+def build(cfg: TrainConfig):
+    """Data splits, model and its optimizers ``(dense, tables or None)`` for a config."""
+    check_config(cfg)
+    data_dir = Path(cfg.data_dir) if cfg.data_dir else criteo.ensure_default_data()
+    metadata = criteo.load_metadata(data_dir)
+    device = torch.device(cfg.device) if cfg.device else default_device()
+    tensors = criteo.load_tensors(data_dir).to(device)  # the whole split fits in memory; one copy
+    train_split, holdout_split = criteo.train_holdout_split(tensors, cfg.holdout_fraction, cfg.seed)
+    torch.manual_seed(cfg.seed)
+    fused_optimizer = cfg.optimizer if cfg.backend == "fused" else "sgd"  # the others ignore it
+    model = DLRM.from_metadata(
+        metadata, preset=cfg.preset, interaction=cfg.interaction, hashing=cfg.hashing, backend=cfg.backend,
+        embedding_optimizer=fused_optimizer, embedding_lr=cfg.lr,
+    ).to(device)  # fmt: skip
+    optimizers = make_optimizers(model, cfg.optimizer, cfg.lr)
+    return train_split, holdout_split, model, optimizers, device
+
+
+def make_train_step(model, optimizer, compile_model: bool = False):
+    """``step(batch) -> loss`` (detached, on the device): zero grads, forward + BCE loss, backward, step.
+
+    ``optimizer``: one optimizer or a sequence of them (``None`` entries skipped: the fused backend's tables
+    have none, their update runs inside ``backward``). ``compile_model``: ``torch.compile`` forward + loss.
+    """
+    items = optimizer if isinstance(optimizer, (list, tuple)) else [optimizer]
+    optimizers = [o for o in items if o is not None]
+    loss_fn = torch.nn.BCEWithLogitsLoss()
+
+    def forward_loss(dense, sparse, label):
+        return loss_fn(model(dense, sparse), label)
+
+    forward = torch.compile(forward_loss) if compile_model else forward_loss
+
+    def train_step(batch) -> torch.Tensor:
+        for opt in optimizers:
+            opt.zero_grad(set_to_none=True)
+        loss = forward(batch.dense, batch.sparse, batch.label)
+        loss.backward()  # the fused backend's tables are updated here
+        for opt in optimizers:
+            opt.step()
+        return loss.detach()
+
+    return train_step
+
+
+def train(cfg: TrainConfig, log: Callable[[str], object] | None = None) -> TrainResult:
+    """Run the loop of ``cfg``; ``log`` receives each progress message (default: :func:`default_log`)."""
+    log = log or default_log()
+    train_split, holdout_split, model, (optimizer, embedding_opt), device = build(cfg)
+    run_dir = Path(cfg.run_dir)
+    checkpoint_path = run_dir / "checkpoint.pt"
+    step = 0
+    if cfg.resume:
+        if not checkpoint_path.exists():
+            raise FileNotFoundError(f"--resume: no checkpoint at {checkpoint_path}")
+        state = load_checkpoint(checkpoint_path, model=model, optimizer=optimizer, map_location=device)
+        load_embedding_optimizer_state(model, embedding_opt, state.get("embedding_optimizer"))
+        step = state["step"]
+        log(f"resumed from {checkpoint_path} at step {step}")
+    if cfg.cuda_graph:
+        from lecture_code.training.graphs import make_graphed_train_step
+
+        example = next(iter(criteo.iter_batches(train_split, cfg.batch_size, seed=cfg.seed)))
+        train_step = make_graphed_train_step(model, [optimizer, embedding_opt], example)
+    else:
+        train_step = make_train_step(model, [optimizer, embedding_opt])
+
+    def checkpoint():
+        return save_checkpoint(
+            checkpoint_path, model=model, optimizer=optimizer, step=step, config=asdict(cfg),
+            embedding_optimizer=embedding_optimizer_state(model, embedding_opt),
+        )  # fmt: skip
+
+    per_epoch = criteo.num_batches(len(train_split), cfg.batch_size)
+    if per_epoch == 0:
+        raise ValueError(f"batch size {cfg.batch_size} is larger than the training split")
+    writer = SummaryWriter(str(run_dir / "tensorboard"))
+    result = TrainResult()
+
+    def run_eval() -> None:
+        batches = criteo.iter_batches(holdout_split, cfg.batch_size, drop_last=False, shuffle=False)
+        metrics = {"step": step, **evaluate(model, batches)}
+        result.evals.append(metrics)
+        for key in ("logloss", "auc"):
+            writer.add_scalar(f"holdout/{key}", metrics[key], step)
+        log(
+            f"step {step}: holdout logloss {metrics['logloss']:.4f} "
+            f"(constant predictor {metrics['baseline_logloss']:.4f}), AUC {metrics['auc']:.4f}"
+        )
+
+    profiler = step_profiler(run_dir / "profile") if cfg.profile else contextlib.nullcontext()
+    running = torch.zeros((), device=device)
+    bar = tqdm(total=cfg.steps, initial=step, disable=not cfg.progress, desc="train", unit="step")
+    with profiler as prof:
+        while step < cfg.steps:
+            epoch, start = divmod(step, per_epoch)
+            batches = criteo.iter_batches(
+                train_split, cfg.batch_size, seed=cfg.seed, epoch=epoch, start_batch=start
+            )
+            for batch in batches:
+                running += train_step(batch)
+                step += 1
+                bar.update(1)
+                if prof is not None:
+                    prof.step()
+                if step % cfg.log_every == 0:
+                    loss = (running / cfg.log_every).item()  # one host sync per log_every steps
+                    running.zero_()
+                    result.steps.append(step)
+                    result.losses.append(loss)
+                    writer.add_scalar("train/loss", loss, step)
+                    bar.set_postfix(loss=f"{loss:.4f}")
+                if cfg.eval_every and step % cfg.eval_every == 0:
+                    run_eval()
+                if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
+                    checkpoint()
+                if step >= cfg.steps:
+                    break
+    bar.close()
+    if not result.evals or result.evals[-1]["step"] != step:
+        run_eval()
+    result.checkpoint = checkpoint()
+    writer.close()
+    return result

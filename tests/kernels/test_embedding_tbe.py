@@ -1,0 +1,242 @@
+"""Table-batched embedding (Triton) against nn.Embedding / F.embedding_bag + torch.optim and the references.
+
+Every update test runs several steps in a row with repeated ids and ids at the table edges (0 and n_f - 1), so
+a row touched twice in one batch, or a neighbouring table's first row, would show a wrong update.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels import reference
+from kernels.embedding_tbe import TableBatchedEmbedding, embedding_tbe, table_offsets_for
+from kernels.runtime import default_device
+
+SIZES = [5, 1, 9, 4]  # a one-row table, odd sizes
+DIM = 6  # odd-ish: not a power of two, masked lanes
+# (atol, rtol) per dtype. fp32: the kernel sums a run in a different order than index_add / embedding_bag
+# (a few fp32 ulps). fp16: the pooled sum is accumulated in fp32 and rounded once, torch rounds per add.
+TOL = {torch.float32: (1e-6, 1e-5), torch.float16: (1e-3, 1e-3), torch.bfloat16: (8e-3, 1.6e-2)}
+
+
+def _ids(batch: int, sizes, device, bag: int | None = None) -> torch.Tensor:
+    """Local ids [B, F] (or [B, F, L]) with repeats within the batch and both table edges present."""
+    shape = (batch,) if bag is None else (batch, bag)
+    cols = [torch.randint(0, n, shape) for n in sizes]
+    ids = torch.stack(cols, dim=1)
+    ids[0] = 0  # first row of every table
+    ids[1] = torch.tensor(sizes).view(-1, *([1] * (ids.dim() - 2))) - 1  # last row of every table
+    ids[2] = ids[3]  # a whole sample repeated: every table sees a repeated id
+    return ids.to(device)
+
+
+def _csr(batch: int, sizes, device, max_len: int = 3):
+    """Ragged bags (some empty; tiny tables, so ids repeat) → (flat local ids, offsets [B·F+1])."""
+    F = len(sizes)
+    lengths = torch.randint(0, max_len + 1, (batch * F,))
+    lengths[0] = 0  # an empty bag, certainly
+    lengths[1] = max_len
+    feature = torch.repeat_interleave(torch.arange(batch * F) % F, lengths)
+    n = torch.tensor(sizes)[feature]
+    flat = (torch.rand(feature.shape) * n).long().clamp(max=n - 1)
+    offsets = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)])
+    return flat.to(device), offsets.to(device)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+def test_one_hot_forward_and_sgd_match_nn_embedding(seed, poison_empty, dtype):
+    device = default_device()
+    tbe = TableBatchedEmbedding(SIZES, DIM, optimizer="sgd", lr=0.3, dtype=dtype, device=device)
+    embs = [torch.nn.Embedding(n, DIM, dtype=torch.float32, device=device) for n in SIZES]
+    for e, w in zip(embs, tbe.embedding_weights(), strict=True):
+        e.weight.data.copy_(w.float())
+    opt = torch.optim.SGD([e.weight for e in embs], lr=0.3)
+    atol, rtol = TOL[dtype]
+    for _ in range(3):
+        ids = _ids(10, SIZES, device)
+        out = tbe(ids)
+        ref = torch.stack([e(ids[:, f]) for f, e in enumerate(embs)], dim=1)
+        assert out.shape == (10, len(SIZES), DIM) and out.dtype == dtype
+        torch.testing.assert_close(out.float(), ref, atol=atol, rtol=rtol)
+        grad = torch.randn_like(ref)
+        out.backward(grad.to(dtype))
+        opt.zero_grad()
+        ref.backward(grad)
+        opt.step()
+        for f, (e, w) in enumerate(zip(embs, tbe.embedding_weights(), strict=True)):
+            torch.testing.assert_close(
+                w.float(), e.weight, atol=atol, rtol=rtol, msg=lambda m, f=f: f"t{f}: {m}"
+            )
+            if dtype != torch.float32:  # the fp32 copy would drift from the rounded tables
+                e.weight.data.copy_(w.float())
+
+
+@pytest.mark.parametrize("pooling", ["sum", "mean"])
+@pytest.mark.parametrize("optimizer", ["sgd", "rowwise_adagrad"])
+def test_multi_hot_csr_update_matches_reference(seed, poison_empty, pooling, optimizer):
+    """Ragged bags with empty ones: forward vs F.embedding_bag, the update vs torch.optim.SGD on its dense
+    gradient (SGD) or FBGEMM's row-wise Adagrad rule written in torch (reference.rowwise_adagrad_step)."""
+    device = default_device()
+    lr, eps = 0.2, 1e-6
+    tbe = TableBatchedEmbedding(
+        SIZES, DIM, optimizer=optimizer, lr=lr, eps=eps, pooling=pooling, device=device
+    )
+    ref_w = tbe.weight.clone().requires_grad_()
+    ref_state = torch.zeros(ref_w.shape[0], device=device)
+    opt = torch.optim.SGD([ref_w], lr=lr)
+    for _ in range(3):
+        flat, offsets = _csr(7, SIZES, device)
+        out = tbe(flat, offsets)
+        ref = reference.embedding_tbe(ref_w, tbe.table_offsets, flat, offsets, pooling)
+        torch.testing.assert_close(out, ref, atol=1e-6, rtol=1e-5)
+        assert not out[0, 0].any(), "an empty bag pools to zeros"
+        grad = torch.randn_like(ref)
+        out.backward(grad)
+        opt.zero_grad()
+        ref.backward(grad)
+        if optimizer == "sgd":
+            opt.step()
+        else:
+            with torch.no_grad():
+                reference.rowwise_adagrad_step(ref_w, ref_state, ref_w.grad, lr, eps)
+            torch.testing.assert_close(tbe.momentum, ref_state, atol=1e-7, rtol=1e-5)
+        torch.testing.assert_close(tbe.weight, ref_w.detach(), atol=1e-6, rtol=1e-5)
+
+
+def test_fixed_bags_mean_adagrad(seed, poison_empty):
+    """ids [B, F, L]: every bag has L entries (repeats inside a bag included)."""
+    device = default_device()
+    tbe = TableBatchedEmbedding(SIZES, 5, optimizer="rowwise_adagrad", lr=0.1, pooling="mean", device=device)
+    ref_w, ref_state = tbe.weight.clone().requires_grad_(), torch.zeros(tbe.weight.shape[0], device=device)
+    for _ in range(2):
+        ids = _ids(6, SIZES, device, bag=3)
+        ids[4, :, 1] = ids[4, :, 0]
+        out = tbe(ids)
+        ref = reference.embedding_tbe(ref_w, tbe.table_offsets, ids, None, "mean")
+        torch.testing.assert_close(out, ref, atol=1e-6, rtol=1e-5)
+        grad = torch.randn_like(ref)
+        out.backward(grad)
+        ref_w.grad = None
+        ref.backward(grad)
+        with torch.no_grad():
+            reference.rowwise_adagrad_step(ref_w, ref_state, ref_w.grad, 0.1, tbe.eps)
+        torch.testing.assert_close(tbe.weight, ref_w.detach(), atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(tbe.momentum, ref_state, atol=1e-7, rtol=1e-5)
+
+
+def test_hot_row_update_is_deterministic(seed):
+    """One row repeated across the whole batch: summed once, same bits every run."""
+    device = default_device()
+    ids = torch.zeros(40, len(SIZES), dtype=torch.long, device=device)
+    results = []
+    grad = torch.randn(40, len(SIZES), DIM, device=device)
+    for _ in range(2):
+        torch.manual_seed(1)
+        tbe = TableBatchedEmbedding(SIZES, DIM, optimizer="rowwise_adagrad", lr=0.1, device=device)
+        tbe(ids).backward(grad)
+        results.append(tbe.weight.clone())
+    assert torch.equal(results[0], results[1])
+
+
+@pytest.mark.parametrize("bad", [-1, "size"])
+def test_out_of_range_ids_raise(bad):
+    device = default_device()
+    tbe = TableBatchedEmbedding(SIZES, DIM, device=device)
+    ids = _ids(4, SIZES, device)
+    ids[2, 2] = -1 if bad == -1 else SIZES[2]  # table 2, one past its last row: a valid row of table 3
+    with pytest.raises(IndexError, match="feature 2"):
+        tbe(ids)
+    flat, offsets = _csr(4, SIZES, device)
+    flat[-1] = -5
+    with pytest.raises(IndexError, match="out of range"):
+        tbe(flat, offsets)
+
+
+def test_unchecked_out_of_range_ids_pool_zeros_and_update_nothing():
+    """check_ids=False (the CUDA-graph path): no error, but nothing outside the table is read or written."""
+    device = default_device()
+    tbe = TableBatchedEmbedding(SIZES, DIM, lr=0.5, check_ids=False, device=device)
+    before = tbe.weight.clone()
+    ids = torch.tensor([[-1, 1, 9, 4]], device=device)  # every id out of range for its table
+    out = tbe(ids)
+    assert torch.equal(out, torch.zeros_like(out))
+    out.backward(torch.randn_like(out))
+    assert torch.equal(tbe.weight, before)
+
+
+def test_no_update_in_eval_or_no_grad():
+    device = default_device()
+    tbe = TableBatchedEmbedding(SIZES, DIM, lr=0.5, device=device)
+    before = tbe.weight.clone()
+    ids = _ids(5, SIZES, device)
+    with torch.no_grad():
+        assert not tbe(ids).requires_grad
+    tbe.eval()
+    assert not tbe(ids).requires_grad
+    assert torch.equal(tbe.weight, before)
+    assert "weight" not in dict(tbe.named_parameters()), "the packed weight is a buffer: no outer optimizer"
+
+
+def test_checkpoints_interchange_with_nn_embedding(seed):
+    device = default_device()
+    embs = torch.nn.ModuleList(torch.nn.Embedding(n, DIM, device=device) for n in SIZES)
+    tbe = TableBatchedEmbedding.from_embeddings(list(embs), optimizer="sgd", lr=0.1)
+    for e, w in zip(embs, tbe.embedding_weights(), strict=True):
+        assert torch.equal(e.weight, w)
+    tbe.weight.add_(1.0)
+    state = tbe.embedding_state_dict(prefix="embeddings.")
+    holder = torch.nn.Module()
+    holder.embeddings = embs
+    holder.load_state_dict(state)  # strict: the keys are exactly a ModuleList of nn.Embedding's
+    other = TableBatchedEmbedding(SIZES, DIM, device=device)
+    other.load_embedding_state_dict(holder.state_dict(), prefix="embeddings.")
+    assert torch.equal(other.weight, tbe.weight)
+    assert torch.equal(table_offsets_for(SIZES), torch.tensor([0, 5, 6, 15, 19]))
+
+
+def test_functional_forward_only(seed, poison_empty):
+    device = default_device()
+    weight = torch.randn(sum(SIZES), DIM, device=device)
+    offs = table_offsets_for(SIZES, device)
+    ids = _ids(5, SIZES, device)
+    out = embedding_tbe(weight, offs, ids)
+    torch.testing.assert_close(out, reference.embedding_tbe(weight, offs, ids))
+    with pytest.raises(ValueError, match="optimizer"):
+        embedding_tbe(weight, offs, ids, optimizer="adam", lr=0.1)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("optimizer", ["sgd", "rowwise_adagrad"])
+def test_kaggle_tables_gpu(seed, dtype, optimizer):
+    """The 26 Kaggle tables (33.8M rows), B = 2048, one-hot, Zipf-ish skew (hot rows repeat), two steps."""
+    from lecture_code.data import KAGGLE_CARDINALITIES
+
+    device = torch.device("cuda")
+    lr, eps = 0.1, 1e-8
+    tbe = TableBatchedEmbedding(
+        KAGGLE_CARDINALITIES, 16, optimizer=optimizer, lr=lr, dtype=dtype, device=device
+    )
+    ref_w = tbe.weight.float().clone().requires_grad_()
+    ref_state = torch.zeros(ref_w.shape[0], device=device)
+    sizes = torch.tensor(KAGGLE_CARDINALITIES, device=device)
+    atol, rtol = TOL[dtype]
+    for _ in range(2):
+        u = torch.rand(2048, len(KAGGLE_CARDINALITIES), device=device)
+        ids = ((u**4) * sizes).long().clamp(max=sizes - 1)  # skewed toward small ids: many repeats
+        out = tbe(ids)
+        ref = reference.embedding_tbe(ref_w, tbe.table_offsets, ids)
+        torch.testing.assert_close(out.float(), ref, atol=atol, rtol=rtol)
+        grad = torch.randn_like(ref)
+        out.backward(grad.to(dtype))
+        ref_w.grad = None
+        ref.backward(grad)
+        with torch.no_grad():
+            if optimizer == "sgd":
+                ref_w -= lr * ref_w.grad
+            else:
+                reference.rowwise_adagrad_step(ref_w, ref_state, ref_w.grad, lr, eps)
+            touched = ref_w.grad.abs().sum(1) != 0
+            torch.testing.assert_close(tbe.weight[touched].float(), ref_w[touched], atol=atol, rtol=rtol)
+            ref_w.copy_(tbe.weight.float())  # keep the reference on the kernel's rounded weights

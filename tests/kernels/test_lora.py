@@ -1,0 +1,306 @@
+"""lora_linear (every version of the ladder) against a float64 reference: output, dX, dA, dB."""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+import pytest
+import torch
+
+import kernels.lora as lora_module
+import kernels.lora_gemm as lora_gemm_module
+from kernels import reference, runtime
+from kernels.configs import GemmConfig
+from kernels.lora import VERSIONS, choose_version, lora_linear
+
+# (dtype, tol). Checked elementwise as |got - want| ≤ tol · (max|want| + |want|) against float64: the kernels
+# and eager torch both round t = x Aᵀ, s·t and the output to the dtype and accumulate dots in fp32, so the
+# error is a few ulps of the largest term of each sum.
+DTYPES = [
+    pytest.param(torch.float32, 2e-5, id="fp32"),  # fp32 (ieee dots) summation order only
+    pytest.param(torch.float16, 4e-3, id="fp16"),  # a few fp16 ulps (2^-10) of roundings at t, s·t, y
+    pytest.param(torch.bfloat16, 3e-2, id="bf16", marks=pytest.mark.gpu),  # the same in bf16 (2^-7 ulp)
+]
+SHAPES = [  # (M, K, N, r); K and N multiples of 8, so every version's fast path runs
+    pytest.param((32, 64, 48, 16), id="nice"),
+    pytest.param((17, 24, 40, 3), id="odd"),  # M, N not multiples of any tile, r = 3 padded to 16
+    pytest.param((1, 16, 8, 1), id="tiny"),
+]
+SCALE = 0.75
+
+
+def _inputs(M, K, N, r, dtype, bias=True, device=None):
+    """nn.Linear-like weights (activations stay O(1) whatever K and r); B nonzero (unlike LoRA's init)."""
+    device = device or runtime.default_device()
+    x = torch.randn(M, K, device=device).to(dtype)
+    w = (torch.randn(N, K, device=device) / K**0.5).to(dtype)
+    a = (torch.randn(r, K, device=device) / K**0.5).to(dtype)
+    b = (torch.randn(N, r, device=device) / r**0.5).to(dtype)
+    b0 = torch.randn(N, device=device).to(dtype) if bias else None
+    return x, w, a, b, b0
+
+
+def _close(got, want, tol, name):
+    assert got.shape == want.shape, f"{name}: shape {tuple(got.shape)} != {tuple(want.shape)}"
+    assert torch.isfinite(got).all(), f"{name}: non-finite values (unwritten or wrong elements)"
+    err = (got.double() - want).abs()
+    bound = tol * (want.abs().max() + want.abs())
+    assert (err <= bound).all(), f"{name}: max error {err.max().item():.3g}, bound {bound.min().item():.3g}"
+
+
+def _check(x, w, a, b, b0, tol, version=None, scale=SCALE, **kw):
+    """lora_linear's output and dX, dA, dB against the float64 reference, on a fresh upstream gradient."""
+    mine = [t.detach().clone().requires_grad_() for t in (x, a, b)]
+    y = lora_linear(mine[0], w, mine[1], mine[2], scale, b0, version=version, **kw)
+    ref = [t.detach().double().requires_grad_() for t in (x, a, b)]
+    expected = reference.lora_linear(
+        ref[0], w.double(), ref[1], ref[2], scale, None if b0 is None else b0.double()
+    )
+    assert y.dtype == x.dtype
+    _close(y, expected, tol, "y")
+    grad = torch.randn_like(expected)
+    got = torch.autograd.grad(y, mine, grad.to(y.dtype))
+    want = torch.autograd.grad(expected, ref, grad)
+    for name, g, e in zip(("dX", "dA", "dB"), got, want, strict=True):
+        assert g.dtype == x.dtype, name
+        _close(g, e, tol, name)
+    return y
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("dtype, tol", DTYPES)
+def test_every_version_matches_reference(version, shape, dtype, tol, seed, poison_empty):
+    _check(*_inputs(*shape, dtype), tol, version=version)
+
+
+@pytest.mark.parametrize("order", ["rows", "grouped"])
+@pytest.mark.parametrize("dtype, tol", DTYPES)
+def test_persistent_programs_share_tiles(order, dtype, tol, seed, poison_empty, monkeypatch):
+    # As on a GPU with 3 SMs: 3 programs walk 3 × 4 tiles of 16 × 16 (rows order: runs of 4 that start
+    # mid-row-block, so a program computes x Aᵀ on its first tile of each row block; grouped: every tile).
+    monkeypatch.setattr(lora_gemm_module, "sm_count", lambda device: 3)
+    config = GemmConfig(block_m=16, block_n=16, block_k=16, group_m=2, order=order)
+    _check(*_inputs(45, 32, 64, 5, dtype), tol, version="v3", fwd_config=config, bwd_config=config)
+
+
+@pytest.mark.parametrize("dtype, tol", DTYPES[:2])
+def test_3d_input_and_no_bias(dtype, tol, seed, poison_empty):
+    x, w, a, b, _ = _inputs(2 * 9, 32, 24, 4, dtype)
+    y = _check(x.view(2, 9, 32), w, a, b, None, tol)
+    assert y.shape == (2, 9, 24)
+
+
+def test_row_strided_x_stays_on_the_fast_path(seed, poison_empty):
+    # Rows padded to 48 columns (a slice of a wider tensor): still TMA-compatible, so v3 runs with stride 48.
+    x, w, a, b, b0 = _inputs(20, 40, 16, 4, torch.float16)
+    wide = torch.randn(20, 48, device=x.device).to(x.dtype)
+    wide[:, :40] = x
+    xs = wide[:, :40]
+    assert choose_version(xs, w, b) == ("v2", None)
+    _check(xs, w, a, b, b0, 4e-3)
+
+
+@pytest.mark.parametrize("make", ["transposed", "odd-K"])
+def test_general_path_warns_and_is_right(make, seed, poison_empty):
+    if make == "transposed":  # x with unit *row* stride: no tensor descriptor can read it
+        x, w, a, b, b0 = _inputs(24, 32, 16, 3, torch.float16)
+        x = x.t().contiguous().t()
+    else:  # K = 17: rows of 34 bytes, not a multiple of 16
+        x, w, a, b, b0 = _inputs(12, 17, 16, 3, torch.float16)
+    lora_module._warned.clear()
+    with pytest.warns(RuntimeWarning, match="general path \\(v1\\)"):
+        _check(x, w, a, b, b0, 4e-3)
+    with pytest.raises(ValueError, match="cannot run"):
+        lora_linear(x, w, a, b, SCALE, b0, version="v3")
+
+
+def test_rank_128(seed, poison_empty):
+    _check(*_inputs(20, 32, 24, 128, torch.float16), 4e-3, version="v3")
+
+
+def test_rank_above_128_runs_torch(seed, poison_empty):
+    x, w, a, b, b0 = _inputs(4, 16, 8, 130, torch.float16)
+    assert choose_version(x, w, b)[0] == "v0"
+    lora_module._warned.clear()
+    with pytest.warns(RuntimeWarning, match="general path \\(v0\\) because r = 130 > 128"):
+        _check(x, w, a, b, b0, 4e-3)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_small_m_backward_uses_cublas_path(version, seed, poison_empty, monkeypatch):
+    # On a GPU with many SMs a small M takes the unfused backward (fused_dx_pays is False): same answer.
+    monkeypatch.setattr(lora_module, "sm_count", lambda device: 10**6)
+    assert not lora_module.fused_dx_pays(64, 64, torch.device("cpu"))
+    _check(*_inputs(9, 32, 16, 4, torch.float16), 4e-3, version=version)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_nan_in_x_propagates_to_its_row_only(version, seed, poison_empty):
+    x, w, a, b, b0 = _inputs(20, 32, 16, 4, torch.float32)
+    x[7, 3] = float("nan")
+    y = lora_linear(x, w, a, b, SCALE, b0, version=version)
+    assert y[7].isnan().all()
+    assert torch.isfinite(torch.cat([y[:7], y[8:]])).all()
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_scale_zero_and_b_zero(version, seed, poison_empty):
+    x, w, a, b, b0 = _inputs(20, 32, 16, 4, torch.float32)
+    base = torch.nn.functional.linear(x.double(), w.double(), b0.double())
+    y = _check(x, w, a, b, b0, 2e-5, version=version, scale=0.0)  # dA = dB = 0 exactly, dX = dY W
+    _close(y, base, 2e-5, "y at scale 0")
+    y = _check(x, w, a, torch.zeros_like(b), b0, 2e-5, version=version)  # LoRA's init: dA = 0, dB ≠ 0
+    _close(y, base, 2e-5, "y at B = 0")
+
+
+def test_only_adapter_needs_grad_and_inference(seed, poison_empty):
+    x, w, a, b, b0 = _inputs(20, 32, 16, 4, torch.float32)
+    ag = a.clone().requires_grad_()
+    y = lora_linear(x, w, ag, b, SCALE, b0)  # x needs no grad: dX is not computed
+    (da,) = torch.autograd.grad(y.sum(), [ag])  # a non-contiguous (expanded) upstream gradient
+    expected = reference.lora_linear(x.double(), w.double(), ag.double(), b.double(), SCALE, b0.double())
+    _close(y, expected, 2e-5, "y")
+    dy = torch.ones(20, 16, dtype=torch.float64, device=x.device)
+    _close(da, SCALE * (dy @ b.double()).t() @ x.double(), 2e-5, "dA")
+    with torch.no_grad():
+        _close(lora_linear(x, w, ag, b, SCALE, b0), expected, 2e-5, "y (no_grad)")
+
+
+def test_empty_batch():
+    x, w, a, b, b0 = _inputs(0, 16, 8, 4, torch.float32)
+    xg, ag, bg = (t.clone().requires_grad_() for t in (x, a, b))
+    y = lora_linear(xg, w, ag, bg, SCALE, b0)
+    assert y.shape == (0, 8)
+    dx, da, db = torch.autograd.grad(y.sum(), [xg, ag, bg])
+    assert dx.shape == (0, 16) and not da.any() and not db.any()
+
+
+def test_bad_inputs_raise_clear_errors():
+    x, w, a, b, b0 = _inputs(4, 16, 8, 4, torch.float32)
+    cases = [
+        ((x, w, a, b[:, :3], SCALE, b0), ValueError, "rank mismatch.*r = 4.*r = 3"),
+        ((x, w, a.half(), b, SCALE, b0), TypeError, "lora_a has dtype torch.float16 but x has torch.float32"),
+        ((x, w, a, b, SCALE, b0.double()), TypeError, "bias has dtype torch.float64"),
+        (
+            (x, w[:, :8], a, b, SCALE, b0),
+            ValueError,
+            "weight must be \\[N, K\\] with K = x.shape\\[-1\\] = 16",
+        ),
+        ((x, w, a[:, :8], b, SCALE, b0), ValueError, "lora_a must be \\[r, K\\]"),
+        (
+            (x, w, a, b[:4], SCALE, b0),
+            ValueError,
+            "lora_b must be \\[N, r\\] with N = weight.shape\\[0\\] = 8",
+        ),
+        ((x, w, a, b, SCALE, b0[:3]), ValueError, "bias must have shape \\(8,\\)"),
+        ((x, w, a, b, torch.tensor(0.5), b0), TypeError, "scale must be a Python number"),
+        ((x, w, a.to("meta"), b, SCALE, b0), ValueError, "lora_a is on meta but x is on"),
+        ((x, w.clone().requires_grad_(), a, b, SCALE, b0), RuntimeError, "weight requires grad.*frozen"),
+        ((x, w, a, b, SCALE, b0.clone().requires_grad_()), RuntimeError, "bias requires grad.*frozen"),
+    ]
+    for args, error, match in cases:
+        with pytest.raises(error, match=match):
+            lora_linear(*args)
+    with pytest.raises(ValueError, match="version='v9' is not one of"):
+        lora_linear(x, w, a, b, SCALE, b0, version="v9")
+
+
+@pytest.mark.gpu
+def test_cpu_tensor_on_the_gpu_path():
+    x, w, a, b, b0 = _inputs(4, 16, 8, 4, torch.bfloat16, device="cuda")
+    with pytest.raises(ValueError, match="lora_b is on cpu but x is on cuda"):
+        lora_linear(x, w, a, b.cpu(), SCALE, b0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize(
+    "shape",
+    [
+        (2049, 1024, 1536, 16),
+        (300, 512, 256, 128),
+        (1, 64, 64, 3),
+        (517, 1000, 700, 7),
+        (4096, 512, 1024, 64),
+    ],
+    ids=["2049-rows", "r128", "one-row", "odd-K-N", "r64"],
+)
+def test_gpu_bf16_shapes(version, shape, seed, poison_empty):
+    x, w, a, b, b0 = _inputs(*shape, torch.bfloat16)
+    if version in ("v2", "v3") and choose_version(x, w, b, None)[1] is not None:
+        with pytest.raises(ValueError, match="cannot run"):
+            lora_linear(x, w, a, b, SCALE, b0, version=version)
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the odd shape's general-path note
+        _check(x, w, a, b, b0, 3e-2, version=version)
+
+
+@pytest.mark.parametrize("dtype, tol", DTYPES)
+def test_skinny_products_one_pass(dtype, tol, seed, monkeypatch):
+    # s·(P·L) and Pᵀ·T from one pass over P, with several row groups and column strips (fp32 partials,
+    # summed in a fixed order), and the transposed D layout of dA; against float64.
+    import kernels.lora_skinny as skinny
+
+    monkeypatch.setattr(skinny, "_tiles", lambda M, C, device: (16, 16, 3, 4))
+    monkeypatch.setattr(skinny, "_plan", functools.lru_cache(skinny._plan.__wrapped__))  # no cached plans
+    device = runtime.default_device()
+    p = torch.randn(45, 40, device=device).to(dtype)
+    lt = torch.randn(5, 40, device=device).to(dtype)  # L = ltᵀ: a strided [C, r] view, as Aᵀ is
+    t = torch.randn(45, 5, device=device).to(dtype)
+    u, d = skinny.skinny_products(p, lt.t(), t, 0.5)
+    _close(u, 0.5 * p.double() @ lt.t().double(), tol, "u")
+    _close(d, p.double().t() @ t.double(), tol, "D")
+    again = skinny.skinny_products(p, lt.t(), t, 0.5)
+    assert torch.equal(again[0], u) and torch.equal(again[1], d)  # deterministic: no atomics
+    _, dt = skinny.skinny_products(p, None, t, d_transposed=True)
+    assert dt.is_contiguous() and dt.shape == (5, 40)
+    _close(dt, t.double().t() @ p.double(), tol, "Dᵀ")
+    u_only, _ = skinny.skinny_products(p, lt.t(), None, 0.5)
+    _close(u_only, 0.5 * p.double() @ lt.t().double(), tol, "u alone")
+
+
+def test_launch_key_is_finer_than_triton_specialization():
+    # The cached launcher reuses a compiled kernel only for arguments Triton would specialize the same way:
+    # ints by exact value, tensors by dtype and 16-byte alignment, floats by type (never specialized).
+    from kernels.fast_launch import CachedLauncher, _arg_key
+
+    t = torch.randn(64, dtype=torch.float16)
+    assert _arg_key(t) == (torch.float16, True) and _arg_key(t[1:]) == (torch.float16, False)
+    assert _arg_key(t.float()) != _arg_key(t)
+    assert _arg_key(16) != _arg_key(17) and _arg_key(1) == 1
+    assert _arg_key(0.5) == _arg_key(2.0)
+    if runtime.interpreting():  # the interpreter's launch returns no compiled kernel: always the normal path
+        assert not CachedLauncher(lora_gemm_module._lowrank_gemm_kernel).enabled
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("version", ["v1", "v2", "v3"])
+def test_cached_launch_matches_normal_launch(version, seed):
+    # Same bits through the compiled kernel's own launcher as through kernel[grid](...), forward and backward,
+    # and for a misaligned x (v1 then: a second launch key for the same shape).
+    import kernels.lora_branch as branch_module
+    import kernels.lora_skinny as skinny_module
+
+    launchers = [lora_gemm_module._launch, branch_module._launch, skinny_module._launch]
+    x, w, a, b, b0 = _inputs(1000, 256, 384, 16, torch.bfloat16)
+    wide = torch.randn(1000 * 256 + 1, device=x.device).to(x.dtype)
+    for xs in (x, wide[1:].view(1000, 256)):  # the second: data_ptr 2 bytes past an aligned one
+        xs.copy_(x)
+        v = version if xs.data_ptr() % 16 == 0 else "v1"
+        results = []
+        for enabled in (False, True, True):  # normal, cached (first call fills the table), cached (a hit)
+            for launcher in launchers:
+                launcher.enabled = enabled
+            leaf = [t.detach().clone().requires_grad_() for t in (xs, a, b)]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                y = lora_linear(leaf[0], w, leaf[1], leaf[2], SCALE, b0, version=v)
+            results.append([y, *torch.autograd.grad(y, leaf, torch.ones_like(y))])
+        for launcher in launchers:
+            launcher.enabled = True
+        for got in results[1:]:
+            assert all(torch.equal(g, r) for g, r in zip(got, results[0], strict=True))
+    assert lora_gemm_module._launch._runners and branch_module._launch._runners

@@ -1,0 +1,70 @@
+"""The step benchmark's implementations train one model alike; ``bench_dlrm_step --quick`` runs on a CPU."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+import torch
+
+from benchmarks import bench_dlrm_step
+from lecture_code.model import DLRMConfig
+from lecture_code.perf.dlrm_step import GPU_ONLY, build_step, make_batches
+
+CONFIG = DLRMConfig.preset("small", (3, 40, 7, 120), hashing="modulus", over_arch_layer_sizes=(16, 1))
+
+
+def _tables(model) -> list[torch.Tensor]:
+    state = model.state_dict()
+    if "sparse_arch.weight" in state:  # the packed buffer of the two-tricks version
+        return list(torch.split(state["sparse_arch.weight"], CONFIG.num_embeddings_per_feature))
+    return [state[f"sparse_arch.embeddings.{f}.weight"] for f in range(CONFIG.num_sparse)]
+
+
+@pytest.mark.parametrize("ids", ["uniform", "zipf"])
+def test_every_cpu_implementation_takes_the_eager_sgd_step(ids):
+    batches = make_batches(CONFIG, 24, 2, torch.device("cpu"), ids=ids, seed=3)
+    results = {}
+    for name in ("eager, dense grads", "eager, sparse grads", "packed + index_add_", "fused"):
+        torch.manual_seed(5)
+        step, model = build_step(name, CONFIG, torch.device("cpu"), batches[0], lr=0.3)
+        losses = [step(b) for b in batches]
+        results[name] = (losses, _tables(model), [p.detach() for p in model.dense_parameters()])
+    ref_losses, ref_tables, ref_dense = results.pop("eager, dense grads")
+    for name, (losses, tables, dense) in results.items():
+        torch.testing.assert_close(
+            torch.stack(losses), torch.stack(ref_losses), atol=1e-5, rtol=1e-5, msg=name
+        )
+        for t, r in zip(tables, ref_tables, strict=True):
+            torch.testing.assert_close(t, r, atol=1e-5, rtol=1e-5, msg=name)
+        for t, r in zip(dense, ref_dense, strict=True):
+            torch.testing.assert_close(t, r, atol=1e-5, rtol=1e-5, msg=name)
+
+
+def test_zipf_ids_repeat_and_stay_in_range():
+    (batch,) = make_batches(CONFIG, 512, 1, torch.device("cpu"), ids="zipf")
+    sizes = torch.tensor(CONFIG.num_embeddings_per_feature)
+    assert bool((batch.sparse >= 0).all()) and bool((batch.sparse < sizes).all())
+    assert (batch.sparse[:, 3] == 0).float().mean() > 0.1  # the head row of a 120-row table is hot
+
+
+def test_graph_versions_need_a_gpu():
+    (batch,) = make_batches(CONFIG, 8, 1, torch.device("cpu"))
+    for name in GPU_ONLY:
+        with pytest.raises(RuntimeError, match="needs a GPU"):
+            build_step(name, CONFIG, torch.device("cpu"), batch)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the --quick CPU path; the GPU runs the full benchmark")
+def test_quick_benchmark_runs_on_a_cpu(tmp_path, capsys):
+    rows = bench_dlrm_step.main(["--quick", "--results-dir", str(tmp_path)])
+    assert {r["implementation"] for r in rows} == {
+        "eager, sparse grads", "eager, dense grads", "packed + index_add_", "fused"
+    }  # fmt: skip
+    assert all(not r["error"] and r["ms_per_step"] > 0 for r in rows), rows
+    (csv_path,) = (tmp_path / "dlrm_step").glob("dlrm_step_*.csv")
+    assert csv_path.with_suffix(".png").stat().st_size > 1000
+    with csv_path.open() as f:
+        saved = list(csv.DictReader(f))
+    assert len(saved) == 8 and {"device", "torch", "triton", "date"} <= set(saved[0])
+    assert "samples_per_s" in capsys.readouterr().out
