@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
 EXECUTED := artifacts/notebooks
 
-.PHONY: setup lecture test test-fast lint format bench screenshots lab lab-reset notebooks-normalize clean
+.PHONY: setup lecture test test-fast lint format bench screenshots results lab lab-reset notebooks-normalize clean
 
 setup: $(STAMP)
 
@@ -52,6 +52,10 @@ bench: setup
 
 screenshots: setup
 	$(PY) -m lecture_code.perf.screenshots
+
+# RESULTS.md and the README's "Measured so far" table, from benchmarks/results/ and perf_screenshots/ sidecars.
+results: setup
+	$(PY) -m lecture_code.results
 
 # The committed notebooks are the reference outputs: JupyterLab opens copies in lab/ (git-ignored), so running
 # cells and autosave never rewrite them. `make lab-reset` replaces the copies with fresh ones.

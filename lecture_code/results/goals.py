@@ -1,0 +1,93 @@
+"""The goals the issues set, in one table: what RESULTS.md checks each latest measurement against.
+
+Each :class:`Goal` quotes its issue (the number is the project's issue tracker, ``issues show N``) and says
+which row of which CSV it is about (``key``, matched by the workload's section) and the bound. A goal whose
+row the CSV lacks is reported as "not measured", never as met.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+
+__all__ = ["GOALS", "Goal", "goals_for"]
+
+
+@dataclass(frozen=True)
+class Goal:
+    """``value <op> bound`` for the row ``key`` of ``workload``'s latest CSV, as issue ``issue`` states it."""
+
+    workload: str
+    issue: int
+    key: str
+    text: str
+    op: str  # "<=" or ">="
+    bound: float
+
+    def met(self, value: float) -> bool:
+        return {"<=": operator.le, ">=": operator.ge}[self.op](value, self.bound)
+
+
+GOALS: tuple[Goal, ...] = (
+    Goal(
+        "preprocess",
+        2,
+        "1000000 rows",
+        "≥ 500k rows/s end to end on a 1M-row synthetic file (2-core CPU)",
+        ">=",
+        500e3,
+    ),
+    Goal("pointwise", 4, "largest size", "Triton v1 ≥ 95% of the copy reference at large sizes", ">=", 95.0),
+    Goal(
+        "pointwise",
+        4,
+        "smallest size",
+        "no slower than torch.compile at small sizes (x compile ≥ 1)",
+        ">=",
+        1.0,
+    ),
+    Goal(
+        "dlrm_step",
+        9,
+        "kaggle, batch 2048",
+        "≤ 0.35 ms per training step (H100, Kaggle preset, batch 2048)",
+        "<=",
+        0.35,
+    ),
+    Goal("lora", 10, "8192x4096x4096 r16 fwd", "LoRA overhead over the frozen base ≤ +8%", "<=", 8.0),
+    Goal("lora", 10, "8192x4096x4096 r16 fwd+bwd", "LoRA overhead over the frozen base ≤ +10%", "<=", 10.0),
+    Goal("lora", 10, "8192x4096x4096 r64 fwd+bwd", "LoRA overhead over the frozen base ≤ +15%", "<=", 15.0),
+    Goal("lora", 10, "16384x4096x14336 r16 fwd+bwd", "LoRA overhead over the frozen base ≤ +3%", "<=", 3.0),
+    Goal("lora", 10, "512x4096x4096 r16 fwd+bwd", "LoRA overhead over the frozen base ≤ +100%", "<=", 100.0),
+    Goal(
+        "multi_lora", 11, "T=16", "shrink + expand ≤ 10 µs (8 adapters, r 16, K = N = 4096, bf16)", "<=", 10.0
+    ),
+    Goal(
+        "multi_lora",
+        11,
+        "T=256",
+        "shrink + expand ≤ 40 µs (8 adapters, r 16, K = N = 4096, bf16)",
+        "<=",
+        40.0,
+    ),
+    Goal(
+        "multi_lora",
+        11,
+        "T=4096",
+        "shrink + expand ≤ 45 µs (8 adapters, r 16, K = N = 4096, bf16)",
+        "<=",
+        45.0,
+    ),
+    Goal(
+        "multi_lora",
+        11,
+        "T=16384",
+        "shrink + expand ≥ 85% of the copy reference (8 adapters, r 16)",
+        ">=",
+        85.0,
+    ),
+)
+
+
+def goals_for(workload: str) -> list[Goal]:
+    return [g for g in GOALS if g.workload == workload]

@@ -1,0 +1,73 @@
+"""The LoRA linear (notebook 06): its overhead over the frozen base linear, per provider, shape and pass."""
+
+from __future__ import annotations
+
+from lecture_code.results.goals import goals_for
+from lecture_code.results.section import NOT_MEASURED, GoalCheck, Headline, Section, Table, num, pct
+from lecture_code.results.sources import ResultFile
+
+BASE = "base (frozen linear)"
+OURS = ("v1", "v2", "v3")  # the Triton rungs of kernels.lora's ladder (v0 is its plain-PyTorch rung)
+BASELINES = ("eager", "torch.compile", "peft", "unsloth-style", "v0")
+PUBLIC_KERNELS = ("NeMo's fused Triton LoRA",)  # named by issue 10; a CSV without it says so
+
+
+def build(result: ResultFile) -> Section:
+    rows = result.rows
+    cases = list(dict.fromkeys((r["shape"], r["pass"]) for r in rows))
+    overhead = {(r["shape"], r["pass"], r["provider"]): float(r["overhead %"]) for r in rows}
+    base_ms = {(r["shape"], r["pass"]): float(r["ms"]) for r in rows if r["provider"] == BASE}
+
+    def best_ours(shape, pass_):
+        ours = {v: overhead[(shape, pass_, v)] for v in OURS if (shape, pass_, v) in overhead}
+        return min(ours.items(), key=lambda kv: kv[1]) if ours else (None, None)
+
+    table_rows = []
+    for shape, pass_ in cases:
+        version, best = best_ours(shape, pass_)
+        table_rows.append(
+            [
+                shape,
+                pass_,
+                num(base_ms.get((shape, pass_))),
+                f"{pct(best, signed=True)} ({version})" if version else NOT_MEASURED,
+                *[pct(overhead.get((shape, pass_, b)), signed=True) for b in (*OURS, *BASELINES)],
+                *[NOT_MEASURED for _ in PUBLIC_KERNELS],
+            ]
+        )
+    table = Table(
+        "Overhead over the frozen base linear (time of the LoRA linear / time of the base − 1); base in ms",
+        ["shape (M×K×N, rank)", "pass", "base ms", "ours: best", *OURS, *BASELINES, *PUBLIC_KERNELS],
+        table_rows,
+    )
+    goals = []
+    for goal in goals_for("lora"):
+        shape, pass_ = goal.key.rsplit(" ", 1)
+        version, best = best_ours(shape, pass_)
+        reached = f"best of ours {pct(best, signed=True)} ({version})" if version else NOT_MEASURED
+        goals.append(GoalCheck(goal, best, reached))
+    headlines = []
+    first = cases[0][0]
+    parts = []
+    for shape, pass_ in cases:
+        if shape != first:
+            continue
+        version, best = best_ours(shape, pass_)
+        others = {b: overhead[(shape, pass_, b)] for b in BASELINES[:-1] if (shape, pass_, b) in overhead}
+        text = f"{pass_}: ours {pct(best, signed=True)} ({version})"
+        if others:
+            text += ", " + ", ".join(f"{b} {pct(v, signed=True)}" for b, v in others.items())
+        parts.append(text)
+    headlines.append(Headline(f"LoRA linear overhead over the frozen base, {first}", "; ".join(parts)))
+    return Section(
+        workload="lora",
+        title="LoRA linear: overhead over the frozen base (notebook 06)",
+        command="python -m benchmarks.bench_lora",
+        what="`y = x Wᵀ + b + s·(x Aᵀ) Bᵀ` against the frozen base linear on the same inputs, forward "
+        "(`fwd`) and forward + backward with dX, dA, dB (`fwd+bwd`; the base computes its dX). Ours: the "
+        "Triton versions v1–v3 of `kernels.lora`; v0 is its plain-PyTorch rung.",
+        result=result,
+        tables=[table],
+        goals=goals,
+        headlines=headlines,
+    )
