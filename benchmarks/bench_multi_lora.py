@@ -1,0 +1,269 @@
+"""Benchmark multi-LoRA serving: ``y[t] += s · x[t] A[id]ᵀ B[id]ᵀ`` for a batch of tokens on many adapters.
+
+Reproduces the table of issue 11 (H100, bf16; 8 adapters, r = 16, K = N = 4096, one slice, T = 16 … 16384)
+and sweeps adapters, rank and slices around it. Providers (every one checked against
+``kernels.reference.multi_lora`` before it is timed):
+
+- ``ours`` (``kernels.multi_lora.add_multi_lora``, default path and deterministic mode, metadata built once
+  per step and reused, as a model's layers would), and ``ours fused`` / ``ours split`` / ``ours split
+  atomic`` (the paths and the non-deterministic split-K: the cost of determinism is the split row against the
+  atomic one); ``ours + meta`` builds the metadata in the call; ``meta`` is that build alone;
+- ``ours (graph)``: metadata + kernels captured in a CUDA graph, replayed (no host time);
+- ``torch loop``: one pass per adapter (``kernels.reference.multi_lora_loop_``, a host sync per adapter);
+- ``torch gather+bmm``: every token's weights gathered, two ``bmm`` (``multi_lora_gather_bmm_``), eager and
+  in a CUDA graph; skipped where the gathered weights exceed ``GATHER_LIMIT_MB``;
+- ``vllm``: vLLM's Triton ``lora_shrink`` + ``lora_expand`` where vLLM is importable (else a printed reason).
+
+Columns: median device time in µs (``lecture_code.bench.median_ms``: host hidden, L2 flushed), host µs per
+call, effective GB/s on the bytes that must move (x read, y read and written, the weights of adapters that
+have tokens) and that as % of the measured copy reference for the same bytes; the goal of the issue and
+whether ``ours`` met it.
+
+    python -m benchmarks.bench_multi_lora            # GPU: the issue's table + the sweep
+    python -m benchmarks.bench_multi_lora --quick    # tiny sizes (CPU: Triton runs in the interpreter)
+    python -m benchmarks.bench_multi_lora --results-dir benchmarks/results/tmp   # a trial run (git-ignored)
+
+Prints a table; saves CSV + PNG under benchmarks/results/multi_lora/, stamped with device, versions, date.
+"""
+
+from __future__ import annotations
+
+import argparse
+import warnings
+from pathlib import Path
+
+import torch
+
+import kernels  # noqa: F401  (decides the runtime mode first)
+from kernels import reference, runtime
+from kernels.multi_lora import add_multi_lora
+from kernels.multi_lora_meta import build_meta
+from lecture_code import bench as bu
+
+# (T, L, r, slice widths, K). The first four rows are the issue's table.
+ISSUE = [(T, 8, 16, (4096,), 4096) for T in (16, 256, 4096, 16384)]
+SWEEP = [
+    (256, 1, 16, (4096,), 4096),
+    (256, 32, 16, (4096,), 4096),
+    (256, 8, 64, (4096,), 4096),
+    (256, 8, 128, (4096,), 4096),
+    (16, 8, 16, (4096, 1024, 1024), 4096),  # Q, K, V of a GQA layer
+    (4096, 8, 16, (4096, 1024, 1024), 4096),
+    (16, 32, 16, (14336, 14336), 4096),  # gate, up of an MLP
+]
+QUICK = [(4, 3, 8, (64,), 64), (33, 3, 8, (64,), 64), (17, 4, 8, (32, 16, 16), 64)]
+GOALS = {16: (10.0, None), 256: (40.0, None), 4096: (45.0, 80.0), 16384: (None, 85.0)}  # µs, % of copy
+GATHER_LIMIT_MB = 2048
+SCALE = 2.0
+
+
+def _vllm_provider(x, a, b, ids, widths):
+    """vLLM's shrink + expand as one call, or the reason it cannot run here."""
+    try:
+        from vllm.lora.ops.triton_ops import LoRAKernelMeta, lora_expand, lora_shrink
+    except Exception as e:  # noqa: BLE001 — any import failure is a reason to skip
+        return None, f"vLLM not importable ({type(e).__name__}: {e})"
+    try:
+        T, L, r = x.shape[0], a[0].shape[0], a[0].shape[1]
+        meta = LoRAKernelMeta.make(max_loras=L, max_num_tokens=T, device=x.device)
+        meta.prepare_tensors(ids)
+        buf = torch.empty((len(widths), T, r), device=x.device, dtype=torch.float32)
+
+        def run(y):
+            lora_shrink(x, list(a), buf, *meta.meta_args(T), SCALE)
+            lora_expand(buf, list(b), y, *meta.meta_args(T), offset_start=0, add_inputs=True)
+            return y
+
+        return run, None
+    except Exception as e:  # noqa: BLE001 — an API that moved: report, do not guess
+        return None, f"vLLM's API differs here ({type(e).__name__}: {e})"
+
+
+def _graphed(fn, device):
+    """``fn`` captured in a CUDA graph (after a warm-up on a side stream); returns the replay."""
+    s = torch.cuda.Stream(device)
+    s.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.current_stream(device).wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
+def providers(y, x, a, b, ids, widths, device) -> tuple[dict, list[str]]:
+    """name → fn() (in place on y) and the reasons for providers skipped."""
+    L = a[0].shape[0]
+    meta = build_meta(ids, L)
+    one = len(widths) == 1
+    A, B = (a[0], b[0]) if one else (a, b)
+    skipped = []
+
+    def ours(**kw):
+        return lambda: add_multi_lora(y, x, A, B, ids, SCALE, meta=meta, **kw)
+
+    out = {
+        "ours": ours(),
+        "ours fused": ours(path="fused"),
+        "ours split": ours(path="split"),
+        "ours split atomic": ours(path="split", deterministic=False),
+        "ours + meta": lambda: add_multi_lora(y, x, A, B, ids, SCALE),
+        "meta": lambda: build_meta(ids, L),
+        "torch loop": lambda: reference.multi_lora_loop_(y, x, A, B, ids, SCALE),
+    }
+    gather_mb = x.shape[0] * a[0].shape[1] * (x.shape[1] + sum(widths)) * x.element_size() / 2**20
+    if gather_mb <= GATHER_LIMIT_MB:
+        out["torch gather+bmm"] = lambda: reference.multi_lora_gather_bmm_(y, x, A, B, ids, SCALE)
+    else:
+        skipped.append(f"torch gather+bmm: {gather_mb:.0f} MB of gathered weights > {GATHER_LIMIT_MB} MB")
+    if bu.on_gpu(device):
+        out["ours (graph)"] = _graphed(
+            lambda: add_multi_lora(y, x, A, B, ids, SCALE, meta=build_meta(ids, L)), device
+        )
+        if "torch gather+bmm" in out:
+            out["torch gather+bmm (graph)"] = _graphed(out["torch gather+bmm"], device)
+    run, why = _vllm_provider(x, a, b, ids, widths)
+    if run is not None:
+        out["vllm"] = lambda: run(y)
+    else:
+        skipped.append(f"vllm: {why}")
+    return out, skipped
+
+
+def _check(name, fn, y, x, a, b, ids, one) -> None:
+    """Never time a wrong answer: one call on a copy of y against the fp32 reference."""
+    if name in ("meta",) or "(graph)" in name:
+        return  # the graphs replay the checked calls
+    y0 = y.clone()
+    A, B = (a[0], b[0]) if one else (a, b)
+    want = reference.multi_lora(y0.float(), x.float(), _f32(A), _f32(B), ids, SCALE) - y0.float()
+    fn()
+    got = y.float() - y0.float()
+    y.copy_(y0)
+    err = ((got - want).norm() / want.norm().clamp(min=1e-12)).item()
+    if not err < 3e-2:
+        raise AssertionError(f"{name}: relative error {err:.3g} against the fp32 reference")
+
+
+def _f32(t):
+    return t.float() if isinstance(t, torch.Tensor) else [s.float() for s in t]
+
+
+def bytes_moved(T, K, widths, r, n_active, e) -> int:
+    """x read, y read and written, A and B of the adapters that have tokens (ids: negligible)."""
+    N = sum(widths)
+    return T * K * e + 2 * T * N * e + n_active * r * (len(widths) * K + N) * e
+
+
+def run_shape(T, L, r, widths, K, dtype, device, copy_cache: dict) -> tuple[list[dict], list[str]]:
+    x = torch.randn(T, K, device=device).to(dtype)
+    y = torch.randn(T, sum(widths), device=device).to(dtype)
+    a = [(torch.randn(L, r, K, device=device) / K**0.5).to(dtype) for _ in widths]
+    b = [(torch.randn(L, n, r, device=device) / r**0.5).to(dtype) for n in widths]
+    ids = torch.randint(-1, L, (T,), device=device)  # about 1 in L + 1 tokens without an adapter
+    n_active = int((torch.bincount(ids.clamp(min=0)[ids >= 0], minlength=L) > 0).sum())
+    moved = bytes_moved(T, K, widths, r, n_active, x.element_size())
+    numel = moved // (2 * x.element_size())
+    if numel not in copy_cache:
+        copy_cache[numel] = bu.copy_gbps(numel, dtype, device)
+    copy = copy_cache[numel]
+    label = f"T={T} L={L} r={r} N={'+'.join(map(str, widths))}"
+    fns, skipped = providers(y, x, a, b, ids, widths, device)
+    rows = []
+    for name, fn in fns.items():
+        _check(name, fn, y, x, a, b, ids, len(widths) == 1)
+        ms = bu.median_ms(fn, device)
+        gbps = moved / (ms * 1e6) if name != "meta" else None
+        rows.append({"shape": label, "T": T, "L": L, "r": r, "slices": len(widths), "provider": name,
+                     "us": 1e3 * ms, "host us": bu.host_us(fn, device), "GB/s": gbps,
+                     "% copy": None if gbps is None else 100 * gbps / copy, "MB moved": moved / 1e6,
+                     "goal": None, "met": None})  # fmt: skip
+    goal = GOALS.get(T) if (L, r, widths, K) == (8, 16, (4096,), 4096) else None
+    if goal is not None:
+        ours = next(r for r in rows if r["provider"] == "ours")
+        us_goal, pct_goal = goal
+        met = (us_goal is None or ours["us"] <= us_goal) and (pct_goal is None or ours["% copy"] >= pct_goal)
+        text = " and ".join(
+            s for s in (us_goal and f"≤ {us_goal:g} µs", pct_goal and f"≥ {pct_goal:g}% copy") if s
+        )
+        ours["goal"] = text
+        ours["met"] = "yes" if met else "no"
+    return rows, [f"{label}: {s}" for s in skipped]
+
+
+def plot(rows, path: Path, meta) -> None:
+    """The issue's sweep over T: µs per provider (left) and % of the copy reference (right)."""
+    from matplotlib.figure import Figure
+
+    first = rows[0]  # the issue's sweep over T comes first (8 adapters, r 16, one slice; quick: its own)
+    sel = [
+        r
+        for r in rows
+        if (r["L"], r["r"], r["slices"]) == (first["L"], first["r"], first["slices"])
+        and r["provider"] != "meta"
+    ]
+    fig = Figure(figsize=(13, 4.5))
+    left, right = fig.subplots(1, 2)
+    for name in dict.fromkeys(r["provider"] for r in sel):
+        pts = [r for r in sel if r["provider"] == name]
+        left.plot([r["T"] for r in pts], [r["us"] for r in pts], marker="o", label=name)
+        right.plot([r["T"] for r in pts], [r["% copy"] for r in pts], marker="o", label=name)
+    right.axhline(100, color="k", ls="--", label="copy reference (y.copy_(x), same bytes)")
+    for ax, ylabel in ((left, "µs (median, device)"), (right, "% of the copy reference")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("tokens T")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+    left.set_yscale("log")
+    left.legend(fontsize=7)
+    fig.suptitle(
+        f"multi-LoRA, {first['L']} adapters, r {first['r']} · {meta['device']} · torch {meta['torch']} · "
+        f"triton {meta['triton']} · {meta['date'][:10]} · {meta['dtype']}"
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="tiny sizes (the default on a CPU)")
+    p.add_argument("--issue-only", action="store_true", help="only the issue's four rows")
+    p.add_argument(
+        "--dtype", default=None, choices=["bfloat16", "float16", "float32"], help="default bf16 (fp32 on CPU)"
+    )
+    p.add_argument("--results-dir", type=Path, help="where CSV + PNG go (default benchmarks/results)")
+    args = p.parse_args(argv)
+    device = runtime.default_device()
+    bu.setup(device)
+    quick = args.quick or not bu.on_gpu(device)
+    dtype = (
+        getattr(torch, args.dtype) if args.dtype else (torch.bfloat16 if bu.on_gpu(device) else torch.float32)
+    )
+    shapes = QUICK if quick else ISSUE + ([] if args.issue_only else SWEEP)
+    rows, skipped, copy_cache = [], [], {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        for shape in shapes:
+            got, why = run_shape(*shape, dtype, device, copy_cache)
+            rows += got
+            skipped += why
+            torch.cuda.empty_cache() if bu.on_gpu(device) else None
+    meta = {**bu.stamp(device), "dtype": str(dtype).removeprefix("torch.")}
+    bu.print_table(rows, ["shape", "provider", "us", "host us", "GB/s", "% copy", "goal", "met"])
+    for line in dict.fromkeys(skipped):
+        print(f"[skipped] {line}")
+    for label in dict.fromkeys(r["shape"] for r in rows):
+        by = {r["provider"]: r["us"] for r in rows if r["shape"] == label}
+        det, atomic = by["ours split"], by["ours split atomic"]
+        print(
+            f"determinism cost at {label}: split {det:.1f} µs vs atomic {atomic:.1f} µs "
+            f"({100 * (det / atomic - 1):+.0f}%)"
+        )
+    csv_path = bu.save(rows, "multi_lora", "multi_lora", meta, root=args.results_dir)
+    plot(rows, csv_path.with_suffix(".png"), meta)
+    print(f"saved {csv_path} and {csv_path.with_suffix('.png').name}")
+
+
+if __name__ == "__main__":
+    main()
