@@ -8,6 +8,7 @@ raw TSV (Kaggle train.txt, 1TB day_N, or synthetic)        schema.py, synthetic.
      refused whole (RawFileError, nothing written): an unknown header, an empty file, no valid row,
      more malformed lines than max_malformed (default 1%)
   -> load_tensors / iter_batches: torch tensors, batches     dataset.py
+  -> load_shard: one rank's rows of the split (torchrun)    shards.py
 ensure_default_data(): all of the above for the synthetic default, once   default_data.py
 """
 
@@ -39,6 +40,7 @@ from .schema import (
     NUM_SPARSE,
     SPARSE_COLUMNS,
 )
+from .shards import Shard, load_shard, read_row_range, shard_slice
 from .staging import remove_stale_staging
 from .synthetic import generate_criteo_tsv, scramble_ids, unscramble_ids
 from .vocabulary import VocabularyCounter, build_vocabulary, vocabulary_rows
@@ -63,6 +65,7 @@ __all__ = [
     "MalformedRowError",
     "RawFileError",
     "RawLayout",
+    "Shard",
     "SparseFeatureStats",
     "VocabularyCounter",
     "build_vocabulary",
@@ -74,12 +77,15 @@ __all__ = [
     "iter_criteo_chunks",
     "iter_parquet_batches",
     "load_metadata",
+    "load_shard",
     "load_tensors",
     "num_batches",
     "preprocess",
+    "read_row_range",
     "remove_stale_staging",
     "save_metadata",
     "scramble_ids",
+    "shard_slice",
     "split_indices",
     "train_holdout_split",
     "transform_dense",

@@ -2,6 +2,11 @@
 
 Flags map one to one onto :class:`~lecture_code.training.train.TrainConfig`; the loop is
 :func:`~lecture_code.training.train.train`. Logs go to stderr through loguru, above the progress bar.
+
+Data-parallel on several GPUs (or CPU processes): the same flags under ``torchrun``
+(:mod:`lecture_code.training.distributed`); only rank 0 prints.
+
+    torchrun --standalone --nproc-per-node 2 -m lecture_code.training --preset kaggle --data data/kaggle
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from dataclasses import asdict
 from loguru import logger
 from tqdm import tqdm
 
+from lecture_code.training.distributed import from_environment
 from lecture_code.training.train import TrainConfig, train
 
 
@@ -24,7 +30,9 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     p.add_argument("--preset", choices=["small", "kaggle"], default=defaults.preset)
     p.add_argument("--data", dest="data_dir", help="preprocessed Criteo folder (default: synthetic sample)")
     p.add_argument("--steps", type=int, default=defaults.steps)
-    p.add_argument("--batch-size", type=int, default=defaults.batch_size)
+    p.add_argument(
+        "--batch-size", type=int, default=defaults.batch_size, help="rows per step (per rank under torchrun)"
+    )
     p.add_argument("--lr", type=float, default=defaults.lr)
     p.add_argument("--interaction", choices=["dot", "outer"], default=defaults.interaction)
     p.add_argument("--hashing", choices=["vocabulary", "index", "modulus"], default=defaults.hashing)
@@ -53,7 +61,8 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
 def main(argv: list[str] | None = None) -> None:
     cfg = parse_args(argv)
     logger.remove()
-    logger.add(lambda msg: tqdm.write(msg, end="", file=sys.stderr), format="{time:HH:mm:ss} | {message}")
+    if from_environment().is_main:  # under torchrun, rank 0 alone prints
+        logger.add(lambda msg: tqdm.write(msg, end="", file=sys.stderr), format="{time:HH:mm:ss} | {message}")
     logger.info(f"config: {asdict(cfg)}")
     result = train(cfg, log=logger.info)
     logger.info(f"final holdout metrics: {result.final}; checkpoint: {result.checkpoint}")

@@ -20,24 +20,36 @@ def constant_predictor_logloss(positive_rate: float) -> float:
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, batches: Iterable) -> dict[str, float]:
-    """Logloss and AUC of ``model.predict_proba`` over batches with ``dense``, ``sparse``, ``label``.
-
-    Returns ``logloss``, ``auc``, the constant predictor's logloss on the same labels
-    (``baseline_logloss``; its AUC is 0.5) and the number of ``examples``.
-    """
+def predict(model: torch.nn.Module, batches: Iterable) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(probabilities, labels)``, float32 ``[n]`` each on the model's device, over batches with ``dense``,
+    ``sparse``, ``label`` (``model.predict_proba``; the model is left in the mode it was in)."""
     was_training = model.training
     model.eval()
     probs, labels = [], []
     for batch in batches:
-        probs.append(model.predict_proba(batch.dense, batch.sparse).float().cpu())
-        labels.append(batch.label.float().cpu())
+        probs.append(model.predict_proba(batch.dense, batch.sparse).float())
+        labels.append(batch.label.float())
     model.train(was_training)
-    p = torch.cat(probs).numpy().astype(np.float64)
-    y = torch.cat(labels).numpy()
+    empty = torch.zeros(0)
+    return (torch.cat(probs), torch.cat(labels)) if probs else (empty, empty)
+
+
+def ctr_metrics(probs: torch.Tensor, labels: torch.Tensor) -> dict[str, float]:
+    """Logloss and AUC of click probabilities against 0/1 labels (any device), the constant predictor's
+    logloss on the same labels (``baseline_logloss``; its AUC is 0.5) and the number of ``examples``."""
+    p = probs.detach().cpu().numpy().astype(np.float64)
+    y = labels.detach().cpu().numpy()
     return {
         "logloss": float(log_loss(y, np.clip(p, 1e-7, 1 - 1e-7), labels=[0, 1])),
         "auc": float(roc_auc_score(y, p)) if 0 < y.sum() < len(y) else float("nan"),
         "baseline_logloss": constant_predictor_logloss(float(y.mean())),
         "examples": float(len(y)),
     }
+
+
+def evaluate(model: torch.nn.Module, batches: Iterable) -> dict[str, float]:
+    """:func:`ctr_metrics` of :func:`predict`: logloss, AUC, ``baseline_logloss``, ``examples``.
+
+    Under ``torchrun`` each rank predicts its holdout shard and the metrics are taken over all ranks'
+    rows at once (:func:`lecture_code.training.distributed.evaluate_all_ranks`)."""
+    return ctr_metrics(*predict(model, batches))

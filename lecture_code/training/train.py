@@ -17,11 +17,15 @@ terminal and plain stdout lines inside a Jupyter kernel (:mod:`.logs` says why).
 ``optimizer`` the update rule of the dense parameters and of the tables (:mod:`.optimizers`), with ``lr``
 for both; with ``fused`` the tables' update happens inside backward and the torch optimizer sees only
 ``model.dense_parameters()``. ``cuda_graph`` replays each step from one CUDA graph (:mod:`.graphs`; GPU only).
+
+Under ``torchrun --nproc-per-node N`` the same loop trains data-parallel (:mod:`.distributed`): each rank
+its own shard of the data, DDP, rank 0 alone writing; ``batch_size`` is then per rank.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -31,10 +35,11 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
 from lecture_code import data as criteo
-from lecture_code.environment import device as default_device
 from lecture_code.model import BACKENDS, DLRM
 from lecture_code.profiling.profiler import step_profiler
+from lecture_code.training import distributed
 from lecture_code.training.checkpoint import load_checkpoint, save_checkpoint
+from lecture_code.training.distributed import DistInfo
 from lecture_code.training.logs import default_log
 from lecture_code.training.metrics import evaluate
 from lecture_code.training.optimizers import (
@@ -50,7 +55,7 @@ class TrainConfig:
     preset: str = "small"
     data_dir: str | None = None  # None: the embedded synthetic default (generated on first use)
     steps: int = 300  # total optimizer steps; training crosses epochs as needed
-    batch_size: int = 512
+    batch_size: int = 512  # per rank under torchrun: one step trains on world_size * batch_size rows
     lr: float = 3e-3
     interaction: str = "dot"
     hashing: str = "vocabulary"
@@ -81,8 +86,8 @@ class TrainResult:
         return self.evals[-1] if self.evals else {}
 
 
-def check_config(cfg: TrainConfig) -> None:
-    """Reject combinations that cannot run, before any data is read."""
+def check_config(cfg: TrainConfig, world_size: int = 1) -> None:
+    """Reject combinations that cannot run (``world_size``: ranks under torchrun), before any data is read."""
     if cfg.backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {cfg.backend!r}")
     if cfg.optimizer not in OPTIMIZERS:
@@ -95,16 +100,24 @@ def check_config(cfg: TrainConfig) -> None:
         )
     if cfg.cuda_graph and cfg.backend == "compile":
         raise ValueError("--cuda-graph captures the eager or fused step; for compile use its own cudagraphs")
+    distributed.check_distributed_config(cfg.backend, cfg.cuda_graph, world_size)
 
 
-def build(cfg: TrainConfig):
-    """Data splits, model and its optimizers ``(dense, tables or None)`` for a config."""
-    check_config(cfg)
+def build(cfg: TrainConfig, info: DistInfo | None = None):
+    """Data splits, model and its optimizers ``(dense, tables or None)`` for a config.
+
+    ``info`` (under torchrun): the splits are this rank's shards, the device ``cuda:LOCAL_RANK`` or cpu."""
+    info = info or DistInfo()
+    check_config(cfg, info.world_size)
     data_dir = Path(cfg.data_dir) if cfg.data_dir else criteo.ensure_default_data()
     metadata = criteo.load_metadata(data_dir)
-    device = torch.device(cfg.device) if cfg.device else default_device()
-    tensors = criteo.load_tensors(data_dir).to(device)  # the whole split fits in memory; one copy
-    train_split, holdout_split = criteo.train_holdout_split(tensors, cfg.holdout_fraction, cfg.seed)
+    device = distributed.rank_device(info, cfg.device)
+    if info.enabled:  # this rank's rows only (lecture_code.data.shards)
+        shard = criteo.load_shard(data_dir, cfg.holdout_fraction, cfg.seed, info.rank, info.world_size)
+        train_split, holdout_split = shard.train.to(device), shard.holdout.to(device)
+    else:
+        tensors = criteo.load_tensors(data_dir).to(device)  # the whole split fits in memory; one copy
+        train_split, holdout_split = criteo.train_holdout_split(tensors, cfg.holdout_fraction, cfg.seed)
     torch.manual_seed(cfg.seed)
     fused_optimizer = cfg.optimizer if cfg.backend == "fused" else "sgd"  # the others ignore it
     model = DLRM.from_metadata(
@@ -142,10 +155,32 @@ def make_train_step(model, optimizer, compile_model: bool = False):
     return train_step
 
 
+class _NoWriter:
+    """TensorBoard's ``SummaryWriter`` for the ranks that do not write (all but rank 0)."""
+
+    def add_scalar(self, *args, **kwargs) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 def train(cfg: TrainConfig, log: Callable[[str], object] | None = None) -> TrainResult:
-    """Run the loop of ``cfg``; ``log`` receives each progress message (default: :func:`default_log`)."""
-    log = log or default_log()
-    train_split, holdout_split, model, (optimizer, embedding_opt), device = build(cfg)
+    """Run the loop of ``cfg``; ``log`` receives each progress message (default: :func:`default_log`).
+
+    Under torchrun (``WORLD_SIZE > 1``) every rank calls this; it makes the process group (NCCL on GPUs,
+    gloo on CPUs), trains data-parallel and returns the same metrics on every rank (:mod:`.distributed`)."""
+    info = distributed.from_environment()
+    check_config(cfg, info.world_size)
+    device = distributed.rank_device(info, cfg.device)
+    with distributed.process_group(info, device):
+        return _train(cfg, log or default_log(), info)
+
+
+def _train(cfg: TrainConfig, log: Callable[[str], object], info: DistInfo) -> TrainResult:
+    train_split, holdout_split, model, (optimizer, embedding_opt), device = build(cfg, info)
+    if not info.is_main:
+        log = _quiet
     run_dir = Path(cfg.run_dir)
     checkpoint_path = run_dir / "checkpoint.pt"
     step = 0
@@ -156,29 +191,46 @@ def train(cfg: TrainConfig, log: Callable[[str], object] | None = None) -> Train
         load_embedding_optimizer_state(model, embedding_opt, state.get("embedding_optimizer"))
         step = state["step"]
         log(f"resumed from {checkpoint_path} at step {step}")
+        saved_world = state["config"].get("world_size", 1)
+        if saved_world != info.world_size:
+            log(
+                f"the checkpoint was written at world size {saved_world}, this run has {info.world_size}: "
+                f"the data order from here is world size {info.world_size}'s "
+                f"({info.world_size} x {cfg.batch_size} rows per step)"
+            )
+    ddp_model = distributed.wrap_model(model, device) if info.enabled else model
     if cfg.cuda_graph:
         from lecture_code.training.graphs import make_graphed_train_step
 
         example = next(iter(criteo.iter_batches(train_split, cfg.batch_size, seed=cfg.seed)))
         train_step = make_graphed_train_step(model, [optimizer, embedding_opt], example)
     else:
-        train_step = make_train_step(model, [optimizer, embedding_opt])
+        train_step = make_train_step(ddp_model, [optimizer, embedding_opt])
 
     def checkpoint():
-        return save_checkpoint(
-            checkpoint_path, model=model, optimizer=optimizer, step=step, config=asdict(cfg),
-            embedding_optimizer=embedding_optimizer_state(model, embedding_opt),
-        )  # fmt: skip
+        if info.is_main:
+            save_checkpoint(
+                checkpoint_path, model=model, optimizer=optimizer, step=step,
+                config={**asdict(cfg), "world_size": info.world_size},
+                embedding_optimizer=embedding_optimizer_state(model, embedding_opt),
+            )  # fmt: skip
+        distributed.barrier()  # the file is complete before any rank goes on (or reads it)
+        return checkpoint_path
 
     per_epoch = criteo.num_batches(len(train_split), cfg.batch_size)
+    if info.enabled:  # every rank the same number of steps per epoch: the smallest shard's
+        per_epoch = distributed.min_over_ranks(per_epoch, device)
     if per_epoch == 0:
         raise ValueError(f"batch size {cfg.batch_size} is larger than the training split")
-    writer = SummaryWriter(str(run_dir / "tensorboard"))
+    writer = SummaryWriter(str(run_dir / "tensorboard")) if info.is_main else _NoWriter()
     result = TrainResult()
 
     def run_eval() -> None:
         batches = criteo.iter_batches(holdout_split, cfg.batch_size, drop_last=False, shuffle=False)
-        metrics = {"step": step, **evaluate(model, batches)}
+        if info.enabled:  # logloss and AUC over every rank's holdout rows
+            metrics = {"step": step, **distributed.evaluate_all_ranks(model, batches, device)}
+        else:
+            metrics = {"step": step, **evaluate(model, batches)}
         result.evals.append(metrics)
         for key in ("logloss", "auc"):
             writer.add_scalar(f"holdout/{key}", metrics[key], step)
@@ -187,23 +239,28 @@ def train(cfg: TrainConfig, log: Callable[[str], object] | None = None) -> Train
             f"(constant predictor {metrics['baseline_logloss']:.4f}), AUC {metrics['auc']:.4f}"
         )
 
-    profiler = step_profiler(run_dir / "profile") if cfg.profile else contextlib.nullcontext()
+    profiling = cfg.profile and info.is_main
+    profiler = step_profiler(run_dir / "profile") if profiling else contextlib.nullcontext()
     running = torch.zeros((), device=device)
-    bar = tqdm(total=cfg.steps, initial=step, disable=not cfg.progress, desc="train", unit="step")
+    progress = cfg.progress and info.is_main
+    bar = tqdm(total=cfg.steps, initial=step, disable=not progress, desc="train", unit="step")
     with profiler as prof:
         while step < cfg.steps:
             epoch, start = divmod(step, per_epoch)
             batches = criteo.iter_batches(
                 train_split, cfg.batch_size, seed=cfg.seed, epoch=epoch, start_batch=start
             )
-            for batch in batches:
+            for batch in itertools.islice(
+                batches, per_epoch - start
+            ):  # a larger shard's extra batch: not run
                 running += train_step(batch)
                 step += 1
                 bar.update(1)
                 if prof is not None:
                     prof.step()
                 if step % cfg.log_every == 0:
-                    loss = (running / cfg.log_every).item()  # one host sync per log_every steps
+                    mean = distributed.mean_over_ranks(running) if info.enabled else running
+                    loss = (mean / cfg.log_every).item()  # one host sync per log_every steps
                     running.zero_()
                     result.steps.append(step)
                     result.losses.append(loss)
@@ -221,3 +278,7 @@ def train(cfg: TrainConfig, log: Callable[[str], object] | None = None) -> Train
     result.checkpoint = checkpoint()
     writer.close()
     return result
+
+
+def _quiet(message: str) -> None:
+    """The log of every rank but 0."""
