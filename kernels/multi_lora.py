@@ -7,11 +7,11 @@ scale per adapter [L]. *Slices* (Q, K, V; gate, up): sequences of stacks ``A_s``
 
 **The work.** Two skinny products per token, the *shrink* ``t = x[t] A_sᵀ`` ([r], a reduction over K) and
 the *expand* ``y[t, cols_s] += s · t B_sᵀ``. FLOPs 2·T·r·(K + N): nothing for the tensor cores. Bytes that
-must move (element size e): x once (T·K·e), y read and written (2·T·N·e), each adapter that has tokens
-once (A_l and B_l: 2 · r · (K + N)·e / 2 per slice ... i.e. r·(K + N)·e). At T = 4096, K = N = 4096, r = 16,
-8 adapters, bf16: 32 + 64 + 2 MB = 98 MB ≈ 33 µs at 3 TB/s; at T = 16 the weights dominate (2 MB, < 1 µs),
-so a decode call is bound by launches and host time, not bytes. A per-adapter loop pays L host syncs
-and ~5 L kernels; gather + bmm writes T copies of the weights (T·r·(K + N)·e: 32 MB at T = 256).
+must move (element size e): x once (T·K·e), y read and written (2·T·N·e), the A and B of each adapter
+that has tokens once (r·(S·K + N)·e each). At T = 4096, K = N = 4096, r = 16, 8 adapters, bf16: 32 + 64
++ 2 MB = 98 MB ≈ 33 µs at 3 TB/s; at T = 16 the weights dominate (2 MB, < 1 µs), so a decode call is
+bound by launches and host time, not bytes. A per-adapter loop pays L host syncs and ~5·L kernels;
+gather + bmm writes T copies of the weights (T·r·(K + N)·e: 67 MB at T = 256) and reads them back.
 
 **Grouping** (:mod:`kernels.multi_lora_meta`): the tokens sorted by adapter, ``counts`` per adapter. A
 program here owns one *tile*, a block of ``BLOCK_M`` consecutive tokens of one adapter. The tiles of all
@@ -97,16 +97,26 @@ def _find_tile(tile, counts_ptr, L, BLOCK_M: tl.constexpr, BLOCK_L: tl.constexpr
 
 @triton.jit
 def _slice(s, a_ptr, b_ptr, tbl_ptr, N, sa_l, sa_r, sa_k, sb_l, sb_n, sb_r, SLICED: tl.constexpr):
-    # Slice s's stacks, first output column, width and strides: from the table when there are several.
+    # Slice s's stacks, first output column, width and outer strides: from the table when there are
+    # several (SLICED = 1, or 2 when every pointer, offset and outer stride is a multiple of 16 bytes: the
+    # host checked, and tl.multiple_of tells the compiler, which cannot know it of loaded values, so loads
+    # stay 16 bytes wide). The inner strides (sa_k, sb_r) are the same for every slice (checked on the host)
+    # and stay arguments, so Triton specializes them (= 1: contiguous).
     n_off = 0
-    if SLICED:
+    if SLICED > 0:
         row = tbl_ptr + s * 10
         a_ptr = tl.load(row).to(tl.pointer_type(a_ptr.dtype.element_ty))
         b_ptr = tl.load(row + 1).to(tl.pointer_type(b_ptr.dtype.element_ty))
         n_off = tl.load(row + 2)
         N = tl.load(row + 3)
-        sa_l, sa_r, sa_k = tl.load(row + 4), tl.load(row + 5), tl.load(row + 6)
-        sb_l, sb_n, sb_r = tl.load(row + 7), tl.load(row + 8), tl.load(row + 9)
+        sa_l, sa_r = tl.load(row + 4), tl.load(row + 5)
+        sb_l, sb_n = tl.load(row + 7), tl.load(row + 8)
+        if SLICED == 2:
+            a_ptr = tl.multiple_of(a_ptr, 16)
+            b_ptr = tl.multiple_of(b_ptr, 16)
+            n_off = tl.multiple_of(n_off, 8)
+            sa_l, sa_r = tl.multiple_of(sa_l, 8), tl.multiple_of(sa_r, 8)
+            sb_l, sb_n = tl.multiple_of(sb_l, 8), tl.multiple_of(sb_n, 8)
     return a_ptr, b_ptr, n_off, N, sa_l, sa_r, sa_k, sb_l, sb_n, sb_r
 
 
@@ -399,23 +409,30 @@ def forget_plans() -> None:
     _cached.cache_clear()
 
 
-_TABLES: dict[tuple, torch.Tensor] = {}
+_TABLES: dict[tuple, tuple[torch.Tensor, int]] = {}
 
 
-def _slice_table(slices, device) -> torch.Tensor:
-    """One int64 row per slice (pointers, column offset, width, strides), cached by exactly those values:
-    a hit costs no copy to the device (so calls after the first are graph-capturable)."""
+def _slice_table(slices, device) -> tuple[torch.Tensor, int]:
+    """One int64 row per slice (pointers, column offset, width, strides) and the SLICED constexpr (2 when
+    all of them are 16-byte multiples, else 1), cached by exactly those values: a hit costs no copy to the
+    device (so calls after the first are graph-capturable)."""
     key = (device, *((a.data_ptr(), b.data_ptr(), b.shape[1], *a.stride(), *b.stride()) for a, b in slices))
-    table = _TABLES.get(key)
-    if table is None:
-        rows, off = [], 0
+    hit = _TABLES.get(key)
+    if hit is None:
+        rows, off, e = [], 0, slices[0][0].element_size()
         for a, b in slices:
             rows.append([a.data_ptr(), b.data_ptr(), off, b.shape[1], *a.stride(), *b.stride()])
             off += b.shape[1]
+        aligned = all(
+            row[0] % 16 == 0
+            and row[1] % 16 == 0
+            and all(v * e % 16 == 0 for v in (row[2], *row[4:6], *row[7:9]))
+            for row in rows
+        )
         if len(_TABLES) >= 256:
             _TABLES.clear()
-        table = _TABLES[key] = torch.tensor(rows, dtype=torch.int64).to(device)
-    return table
+        hit = _TABLES[key] = (torch.tensor(rows, dtype=torch.int64).to(device), 2 if aligned else 1)
+    return hit
 
 
 _launch_fused = CachedLauncher(_fused_kernel)
@@ -468,6 +485,12 @@ def _check(y, x, slices, adapter_ids, scale) -> tuple[int, int, tuple[int, ...],
         if a.shape[0] != L or b.shape[0] != L:
             raise ValueError(f"{FN}: every stack must hold the same L = {L} adapters; {sa} / {sb} hold "
                              f"{a.shape[0]} / {b.shape[0]}")  # fmt: skip
+        if a.stride(2) != slices[0][0].stride(2) or b.stride(2) != slices[0][1].stride(2):
+            inner = (slices[0][0].stride(2), slices[0][1].stride(2))
+            raise ValueError(
+                f"{FN}: slices must share their innermost strides (e.g. all contiguous); "
+                f"{sa} / {sb} have {(a.stride(2), b.stride(2))}, lora_a[0] / lora_b[0] {inner}"
+            )
         if a.shape[1] != R:
             raise ValueError(
                 f"{FN}: slices must share one rank; lora_a[0] has r = {R}, {sa} has {a.shape[1]}"
@@ -530,7 +553,8 @@ def add_multi_lora(
                          f"{meta.device}; this call has {T}, {L} on {x.device}")  # fmt: skip
     if T == 0:
         return y
-    sliced, scale_tensor = len(slices) > 1, isinstance(scale, torch.Tensor)
+    scale_tensor = isinstance(scale, torch.Tensor)
+    table, sliced = _slice_table(slices, x.device) if len(slices) > 1 else (meta.counts, 0)  # (unused if 0)
     args = (T, K, widths, R, L, x.dtype, x.device, path)
     flags = (sliced, scale_tensor, deterministic)
     if configs:
@@ -539,7 +563,6 @@ def add_multi_lora(
     else:
         launches = _cached(*args, *flags)
     a, b = slices[0]
-    table = _slice_table(slices, x.device) if sliced else meta.counts  # (unused when not sliced)
     scale_ptr, scale_f = (scale, 1.0) if scale_tensor else (meta.counts, float(scale))
     ab = (*a.stride(), *b.stride())
     counts, order = meta.counts, meta.sorted_tokens

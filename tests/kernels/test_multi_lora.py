@@ -133,6 +133,24 @@ def test_strided_inputs_and_meta_reuse(seed):
         assert torch.allclose(y.double(), want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype, tol", DTYPES[:2])
+def test_slices_as_unaligned_views(dtype, tol, seed, poison_empty):
+    # Slices cut out of wider stacks at odd offsets (pointers and strides not 16-byte multiples: the slice
+    # table's unaligned variant), in ascending and then reversed order.
+    device = runtime.default_device()
+    T, K, L, r = 19, 24, 3, 5
+    big_a = (torch.randn(L, 3 * r + 1, K + 1, device=device) / K**0.5).to(dtype)
+    big_b = (torch.randn(L, 41, r + 1, device=device) / r**0.5).to(dtype)
+    a = [big_a[:, 1 + i * r : 1 + (i + 1) * r, 1:] for i in range(3)]
+    b = [big_b[:, 1:9, 1:], big_b[:, 9:30, :r], big_b[:, 30:41, 1:]]
+    y = torch.randn(T, 8 + 21 + 11, device=device).to(dtype)
+    ids = _ids("mixed", T, L, device)
+    table, sliced = ml._slice_table(list(zip(a, b, strict=True)), device)
+    assert sliced == 1 and table.shape == (3, 10)
+    _check(y, x := torch.randn(T, K, device=device).to(dtype), a, b, ids, 0.5, tol)
+    _check(y, x, a[::-1], [b[2], b[1], b[0]], ids, 0.5, tol, path="split")
+
+
 def test_meta(seed):
     L, T = 5, 50
     ids = torch.randint(-1, L, (T,))
@@ -182,6 +200,11 @@ def test_bad_inputs(monkeypatch):
         ((y, x, a, [b], ids, scale), TypeError, "both be tensors or both be sequences"),
         ((y, x, a[:, :, None], b, ids, scale), ValueError, r"lora_a must be \[L, r, K\]"),
         ((y, x, a[:2], b, ids, scale), ValueError, "same L = 2 adapters"),
+        (
+            (y, x, [a, a], [b[:, :4], b[:, 4:].transpose(1, 2).contiguous().transpose(1, 2)], ids, scale),
+            ValueError,
+            "innermost strides",
+        ),  # fmt: skip
     ]
     for args, error, match in cases:
         with pytest.raises(error, match=match):
