@@ -2,6 +2,8 @@
 
 - :mod:`.train`: :class:`TrainConfig`, :func:`train` (the loop), :func:`build`, :func:`make_train_step`;
 - :mod:`.cli`: ``python -m lecture_code.training --preset small --steps 300`` (flags = ``TrainConfig``);
+- :mod:`.distributed`: the same under ``torchrun --nproc-per-node N``: data-parallel (DDP), rank 0 writes;
+- :mod:`.launch`: ``N`` local ranks started as ``torchrun`` would, from Python (tests, benchmarks);
 - :mod:`.optimizers`: the dense and table optimizers of each ``--optimizer`` (eager row-wise Adagrad too);
 - :mod:`.graphs`: one training step captured as one CUDA graph and replayed (GPU only);
 - :mod:`.checkpoint`: save/load model + optimizer + step, atomically;
