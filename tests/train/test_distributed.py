@@ -26,9 +26,10 @@ BATCH = 128  # per rank
 
 # Tolerances: DDP averages the ranks' gradients (sum of two partial means, then / 2) where one process
 # reduces all 2·B rows at once; fp32 summation order differs by ~1e-7 relative per step, and Adam divides
-# by sqrt(v), so a few steps of it leave ~1e-6 differences in the weights.
+# by sqrt(v), so six steps of it leave differences up to 7e-6 in the weights (measured on a CPU). Without
+# DDP's all-reduce the weights differ by 3e-2 and the logged losses by 2e-3 (checked), far outside these.
 LOSS_TOL = dict(rtol=1e-5, atol=1e-6)
-WEIGHT_TOL = dict(rtol=1e-4, atol=2e-5)
+WEIGHT_TOL = dict(rtol=1e-4, atol=5e-5)
 
 two_gpus = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
 DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, two_gpus])]
