@@ -6,7 +6,7 @@
 - :mod:`.adapter_io`: adapter-only ``save_adapter``/``load_adapter`` (A, B and their config, no base);
 - :mod:`.original_pattern`: the original lecture's LoRA mistakes, re-created small to show what they do;
 - :mod:`.dlrm_adaptation`: adapt a trained DLRM to a shifted day with LoRA (``python -m lecture_code.lora``);
-- :mod:`.exercises`: the checker for notebook 06's exercise (a hand-written LoRA backward).
+- :mod:`.exercises`: the name notebook 06 imports its first checker by (now in ``lecture_code.exercises``).
 """
 
 from lecture_code.lora.adapter_io import (

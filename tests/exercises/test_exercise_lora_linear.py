@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from kernels import reference
-from lecture_code.lora.exercises import check_lora_linear
+from lecture_code.exercises.lora_linear import check_lora_linear
 
 
 class _HandWritten(torch.autograd.Function):
@@ -65,3 +65,9 @@ def test_a_broken_output_and_a_detached_gradient_are_named(capsys):
     assert "dA is missing" in capsys.readouterr().out
     assert not check_lora_linear(lambda *args: 1 / 0)
     assert "raised ZeroDivisionError" in capsys.readouterr().out
+
+
+def test_the_name_notebook_06_imports_is_the_same_checker():
+    from lecture_code.lora import exercises
+
+    assert exercises.check_lora_linear is check_lora_linear

@@ -1,0 +1,21 @@
+"""The exercises at the end of notebooks 04–07: a checker per exercise, the shared checking, the solutions.
+
+- :mod:`.checker`: compare an answer with the reference and name what is wrong (shape, dtype, NaN, the first
+  wrong element); :class:`~.checker.Report`, one line per case.
+- :mod:`.guards`: buffers with a guard region, to catch reads and writes past a tensor's end (a missing mask).
+- Notebook 04: :mod:`.bias_gelu` (``check_bias_gelu``: bias + GELU in Triton, the tail masked).
+- Notebook 06: :mod:`.lora_linear` (``check_lora_linear``: the whole hand-written backward) and
+  :mod:`.lora_da` (``check_lora_da``: dA alone).
+- :mod:`.solutions`: one answer per exercise, tested in CI like any kernel.
+
+Notebooks 05 and 07 add theirs the same way: a module with its cases and a ``check_*`` function built on
+:mod:`.checker` (and :mod:`.guards` where a kernel writes into a given output), a solution in
+:mod:`.solutions`, a test in ``tests/exercises/`` that plants the usual mistakes.
+"""
+
+from lecture_code.exercises.bias_gelu import check_bias_gelu
+from lecture_code.exercises.checker import Report
+from lecture_code.exercises.lora_da import check_lora_da
+from lecture_code.exercises.lora_linear import check_lora_linear
+
+__all__ = ["Report", "check_bias_gelu", "check_lora_da", "check_lora_linear"]

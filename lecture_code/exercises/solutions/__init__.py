@@ -1,0 +1,10 @@
+"""One answer per exercise, imported by the notebooks' exercise cells until the learner writes their own.
+
+- :mod:`.bias_gelu`: ``bias_gelu(x, bias, out)``, a Triton kernel with the row's tail masked (notebook 04);
+- :mod:`.lora_da`: ``lora_da(dy, x, lora_b, scale)``, LoRA's dA in torch ops (notebook 06).
+"""
+
+from lecture_code.exercises.solutions.bias_gelu import bias_gelu
+from lecture_code.exercises.solutions.lora_da import lora_da
+
+__all__ = ["bias_gelu", "lora_da"]
