@@ -1,0 +1,77 @@
+"""The waterfall of notebook 05: row order and factors, the chart, and sentences that follow the numbers."""
+
+import math
+
+import pytest
+
+from lecture_code.perf.dlrm_step import IMPLEMENTATIONS, StepResult
+from lecture_code.perf.fusion_waterfall import (
+    GOAL_MS,
+    STEPS,
+    waterfall_chart,
+    waterfall_rows,
+    waterfall_sentences,
+)
+
+
+def _result(name, ms, ids="uniform", spread=0.05, gpu_ms=None, host_ms=1.0, error=""):
+    return StepResult(
+        name, ids, ms, ms * (1 - spread), ms * (1 + spread), gpu_ms, host_ms, 2048e3 / ms, 10.0, 20.0, error
+    )
+
+
+def test_steps_name_every_implementation_once():
+    assert sorted(STEPS) == sorted(IMPLEMENTATIONS)
+
+
+def test_rows_follow_the_lecture_order_with_their_factors():
+    # given in reverse, one failed, one of the other id distribution, one not finite
+    results = [
+        _result("fused", 1.0),
+        _result("packed + index_add_", 2.0),
+        _result("eager, sparse grads", 4.0, ids="zipf"),
+        _result("eager, dense grads", 8.0),
+        _result("fused, CUDA graph", math.nan),
+        _result("compile, dense grads", 5.0, error="RuntimeError: boom"),
+    ]
+    rows = waterfall_rows(results, "uniform")
+    assert [r["implementation"] for r in rows] == ["eager, dense grads", "packed + index_add_", "fused"]
+    assert [r["vs_previous"] for r in rows] == pytest.approx([1.0, 4.0, 2.0])
+    assert [r["vs_first"] for r in rows] == pytest.approx([1.0, 4.0, 8.0])
+    assert rows[1]["change"] == STEPS["packed + index_add_"]
+    assert [r["implementation"] for r in waterfall_rows(results, "zipf")] == ["eager, sparse grads"]
+
+
+def test_sentences_say_what_the_numbers_say():
+    rows = waterfall_rows(
+        [
+            _result("eager, dense grads", 6.0),
+            _result("packed + index_add_", 3.0),
+            _result("packed + index_add_, CUDA graph", 3.05),  # within the spread: neither helped nor hurt
+            _result("fused, CUDA graph", 0.30, gpu_ms=0.28, host_ms=0.02),
+        ]
+    )
+    text = " ".join(waterfall_sentences(rows, on_gpu=True, kaggle_batch_2048=True))
+    assert "×20.00" in text  # 6.0 / 0.30 from first to last
+    assert "largest step beyond the spread of the repeats: 'fused, CUDA graph', ×10.17" in text
+    assert "slower than the step above" not in text
+    assert "the GPU's work sets the pace" in text
+    assert f"≤ {GOAL_MS} ms per step here: the fastest step meets it" in text
+
+    slow = waterfall_rows(
+        [_result("eager, dense grads", 1.0), _result("fused", 2.0, gpu_ms=0.5, host_ms=1.5)]
+    )
+    text = " ".join(waterfall_sentences(slow, on_gpu=True, kaggle_batch_2048=True))
+    assert "'fused' is slower than the step above it (×0.50)" in text
+    assert "the host issuing it sets the pace" in text
+    assert "the fastest step misses it" in text  # the fastest is eager, 1.0 ms
+
+    cpu = " ".join(waterfall_sentences(slow, on_gpu=False, kaggle_batch_2048=False))
+    assert "CPU timings" in cpu and "goal" not in cpu
+    assert waterfall_sentences([], on_gpu=True, kaggle_batch_2048=True) == ["No implementation was measured."]
+
+
+def test_chart_is_written(tmp_path):
+    rows = waterfall_rows([_result("eager, dense grads", 6.0), _result("fused", 0.5)])
+    png = waterfall_chart(rows, tmp_path / "w.png", "title", "subtitle")
+    assert png.exists() and png.stat().st_size > 5_000
