@@ -59,7 +59,7 @@ def test_sentences_say_what_the_numbers_say():
     assert f"≤ {GOAL_MS} ms per step here: the fastest step meets it" in text
 
     slow = waterfall_rows(
-        [_result("eager, dense grads", 1.0), _result("fused", 2.0, gpu_ms=0.5, host_ms=1.5)]
+        [_result("eager, dense grads", 1.0, gpu_ms=0.5, host_ms=1.5), _result("fused", 2.0)]
     )
     text = " ".join(waterfall_sentences(slow, on_gpu=True, kaggle_batch_2048=True))
     assert "'fused' is slower than the step above it (×0.50)" in text
