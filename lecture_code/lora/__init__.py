@@ -6,6 +6,8 @@
 - :mod:`.adapter_io`: adapter-only ``save_adapter``/``load_adapter`` (A, B and their config, no base);
 - :mod:`.original_pattern`: the original lecture's LoRA mistakes, re-created small to show what they do;
 - :mod:`.dlrm_adaptation`: adapt a trained DLRM to a shifted day with LoRA (``python -m lecture_code.lora``);
+- :mod:`.multi_tenant`: one adapter per market on DLRM's over-arch, a mixed batch scored in one pass
+  (``score_mixed``, through ``kernels.multi_lora``) against one merged model per market (``score_per_market``);
 - :mod:`.exercises`: the name notebook 06 imports its first checker by (now in ``lecture_code.exercises``).
 """
 
@@ -26,10 +28,12 @@ from lecture_code.lora.apply import (
     unmerge_lora,
 )
 from lecture_code.lora.layer import BACKENDS, LoRALinear
+from lecture_code.lora.multi_tenant import MarketAdapters, score_mixed, score_per_market
 
 __all__ = [
     "BACKENDS",
     "LoRALinear",
+    "MarketAdapters",
     "ParameterCount",
     "adapter_config",
     "adapter_state_dict",
@@ -40,6 +44,8 @@ __all__ = [
     "merge_lora",
     "parameter_counts",
     "save_adapter",
+    "score_mixed",
+    "score_per_market",
     "set_backend",
     "unmerge_lora",
 ]
