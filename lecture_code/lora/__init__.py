@@ -7,7 +7,7 @@
 - :mod:`.original_pattern`: the original lecture's LoRA mistakes, re-created small to show what they do;
 - :mod:`.dlrm_adaptation`: adapt a trained DLRM to a shifted day with LoRA (``python -m lecture_code.lora``);
 - :mod:`.multi_tenant`: one adapter per market on DLRM's over-arch, a mixed batch scored in one pass
-  (``score_mixed``, through ``kernels.multi_lora``) against one merged model per market (``score_per_market``);
+  (``score_mixed``, via ``kernels.multi_lora``) against one merged model per market (``score_per_market``);
 - :mod:`.exercises`: the name notebook 06 imports its first checker by (now in ``lecture_code.exercises``).
 """
 
