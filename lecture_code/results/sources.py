@@ -101,7 +101,7 @@ def latest_results(results_dir: Path = RESULTS_DIR, root: Path = REPO_ROOT) -> l
         if result is None:
             continue
         key = (result.workload, result.name, result.device)
-        if key not in newest or (result.stamp.get("date", ""), str(path)) > (
+        if key not in newest or (result.stamp.get("date", ""), str(result.path)) > (
             newest[key].stamp.get("date", ""),
             str(newest[key].path),
         ):

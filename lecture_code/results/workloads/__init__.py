@@ -13,7 +13,16 @@ from collections.abc import Callable
 from lecture_code.results.goals import goals_for
 from lecture_code.results.section import NOT_MEASURED, GoalCheck, Section, Table
 from lecture_code.results.sources import ResultFile
-from lecture_code.results.workloads import fused_mlp, hashing, lora, lora_adaptation, pointwise, preprocess
+from lecture_code.results.workloads import (
+    dlrm_step,
+    fused_mlp,
+    hashing,
+    lora,
+    lora_adaptation,
+    multi_lora,
+    pointwise,
+    preprocess,
+)
 
 __all__ = ["BUILDERS", "ORDER", "PLANNED", "build_section", "planned", "unsummarised"]
 
@@ -22,8 +31,10 @@ BUILDERS: dict[tuple[str, str], Callable[[ResultFile], Section]] = {
     ("hashing", "hashing"): hashing.build,
     ("pointwise", "pointwise"): pointwise.build,
     ("fused_mlp", "fused_mlp"): fused_mlp.build,
+    ("dlrm_step", "dlrm_step"): dlrm_step.build,
     ("lora", "lora_overhead"): lora.build,
     ("lora_adaptation", "dlrm_adaptation"): lora_adaptation.build,
+    ("multi_lora", "multi_lora"): multi_lora.build,
 }
 
 # Workloads an issue asks a benchmark for, whose result may not exist yet: (title, command).
