@@ -6,9 +6,11 @@
 - Notebook 04: :mod:`.bias_gelu` (``check_bias_gelu``: bias + GELU in Triton, the tail masked).
 - Notebook 06: :mod:`.lora_linear` (``check_lora_linear``: the whole hand-written backward) and
   :mod:`.lora_da` (``check_lora_da``: dA alone).
+- Notebook 07: :mod:`.multi_lora_expand` (``check_multi_lora_expand``: the multi-LoRA expand, rows with
+  adapter id −1 untouched, the column tail masked).
 - :mod:`.solutions`: one answer per exercise, tested in CI like any kernel.
 
-Notebooks 05 and 07 add theirs the same way: a module with its cases and a ``check_*`` function built on
+Notebook 05 adds its own the same way: a module with its cases and a ``check_*`` function built on
 :mod:`.checker` (and :mod:`.guards` where a kernel writes into a given output), a solution in
 :mod:`.solutions`, a test in ``tests/exercises/`` that plants the usual mistakes.
 """
@@ -17,5 +19,6 @@ from lecture_code.exercises.bias_gelu import check_bias_gelu
 from lecture_code.exercises.checker import Report
 from lecture_code.exercises.lora_da import check_lora_da
 from lecture_code.exercises.lora_linear import check_lora_linear
+from lecture_code.exercises.multi_lora_expand import check_multi_lora_expand
 
-__all__ = ["Report", "check_bias_gelu", "check_lora_da", "check_lora_linear"]
+__all__ = ["Report", "check_bias_gelu", "check_lora_da", "check_lora_linear", "check_multi_lora_expand"]
