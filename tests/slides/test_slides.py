@@ -1,0 +1,148 @@
+"""The deck: code cut from the sources, numbers from the result files ("not measured yet" without one), and a
+build that renders in headless Chromium (slide count, every picture loaded, nothing past a slide's edge, a
+screenshot that is not blank) and prints to a PDF of one page per slide.
+
+Chromium comes from the system: on a fresh Debian CI machine running as root the fixture installs it with apt
+(the Netron render test's helper, one definition); elsewhere without Chromium the browser tests are skipped
+with the reason.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+from lecture_code.export.netron import find_chromium
+from lecture_code.results.sources import REPO_ROOT
+from lecture_code.slides import check_deck, extract, print_pdf, render_deck, split_slides
+from lecture_code.slides.browser import _ink
+from lecture_code.slides.directives import NOT_MEASURED_YET
+
+DECK = REPO_ROOT / "slides" / "deck.md"
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    path = find_chromium()
+    if path is None:
+        spec = importlib.util.spec_from_file_location(
+            "_netron_render_helpers", REPO_ROOT / "tests" / "export" / "test_netron_render.py"
+        )
+        helpers = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(helpers)
+        why = helpers._install_chromium_with_apt()
+        path = find_chromium()
+        if path is None:
+            pytest.skip(f"no Chromium: {why}")
+    return path
+
+
+def test_code_is_cut_from_the_file_not_retyped():
+    source = (REPO_ROOT / "kernels" / "bias_relu.py").read_text().splitlines()
+    excerpt = extract("kernels/bias_relu.py", "_bias_relu_fwd_kernel", REPO_ROOT)
+    assert excerpt.code.splitlines() == source[excerpt.first - 1 : excerpt.last]
+    assert source[excerpt.first - 1] == "@triton.jit" and "def _bias_relu_fwd_kernel(" in excerpt.code
+    method = extract("lecture_code/model/interaction_arch.py", "DotInteraction.forward", REPO_ROOT)
+    assert method.code.startswith("def forward(") and '"""' in method.code
+    assert '"""' not in extract("kernels/reference.py", "lora_linear", REPO_ROOT, docstring=False).code
+    with pytest.raises(LookupError, match="defines no 'no_such_kernel'"):
+        extract("kernels/bias_relu.py", "no_such_kernel", REPO_ROOT)
+
+
+def test_every_code_reference_of_the_deck_exists():
+    """A renamed function breaks the deck's build: the deck names only definitions that exist."""
+    refs = re.findall(r"^::: code (\S+) (\S+)", DECK.read_text(), flags=re.MULTILINE)
+    assert len(refs) >= 5
+    for path, name in refs:
+        assert extract(path, name, REPO_ROOT).code
+
+
+def test_slides_split_on_separator_lines_only():
+    assert split_slides("# a\n---\n## b\ntext --- inline\n---\n\n---\n## c") == [
+        "# a",
+        "## b\ntext --- inline",
+        "## c",
+    ]
+
+
+def _tiny_deck(tmp_path: Path) -> Path:
+    style = tmp_path / "style"
+    style.mkdir()
+    for name in ("deck.css", "deck.js"):
+        (style / name).write_text((REPO_ROOT / "slides" / name).read_text())
+    deck = style / "deck.md"
+    deck.write_text(
+        "# Tiny\n---\n## 05\n::: results dlrm_step table\n---\n## 07\n::: results multi_lora goals\n"
+    )
+    return deck
+
+
+def _dlrm_csv(root: Path) -> None:
+    path = root / "benchmarks" / "results" / "dlrm_step" / "dlrm_step_nvidia_2026-11-24.csv"
+    path.parent.mkdir(parents=True)
+    stamp = {"device": "NVIDIA H100 80GB HBM3", "torch": "2.11", "triton": "3.6", "date": "2026-11-24T10:00"}
+    with path.open("w", newline="") as f:
+        writer = None
+        for dist in ("uniform", "zipf"):
+            for name, ms in (("eager, sparse grads", 4.61), ("fused, CUDA graph", 0.314)):
+                row = {"implementation": name, "ids": dist, "ms_per_step": ms, "ms_min": ms, "ms_max": ms,
+                       "gpu_ms": "", "host_ms": 0.1, "samples_per_s": 1.0, "state_mib": 1.0, "peak_mib": 1.0,
+                       "error": "", "batch": 2048, "preset": "kaggle", **stamp}  # fmt: skip
+                if writer is None:
+                    writer = csv.DictWriter(f, fieldnames=list(row))
+                    writer.writeheader()
+                writer.writerow(row)
+
+
+def test_sections_without_a_result_say_not_measured_yet_and_fill_in_when_one_lands(tmp_path):
+    root = tmp_path / "repo"
+    (root / "benchmarks" / "results").mkdir(parents=True)
+    deck = _tiny_deck(tmp_path)
+    page = render_deck(deck, tmp_path / "out", root).html.read_text()
+    assert page.count(NOT_MEASURED_YET) == 2
+    assert "python -m benchmarks.bench_dlrm_step" in page and "python -m benchmarks.bench_multi_lora" in page
+    _dlrm_csv(root)
+    page = render_deck(deck, tmp_path / "out", root).html.read_text()
+    assert page.count(NOT_MEASURED_YET) == 1  # multi_lora still has none
+    dlrm = page[page.index('id="slide-2"') : page.index('id="slide-3"')]
+    assert "0.314" in dlrm and "4.61" in dlrm and "NVIDIA H100 80GB HBM3" in dlrm
+
+
+def test_ink_tells_a_blank_picture_from_a_drawn_one(tmp_path):
+    from PIL import Image, ImageDraw
+
+    blank = tmp_path / "blank.png"
+    Image.new("RGB", (200, 100), "white").save(blank)
+    drawn = tmp_path / "drawn.png"
+    image = Image.new("RGB", (200, 100), "white")
+    ImageDraw.Draw(image).rectangle((20, 20, 120, 80), fill="black")
+    image.save(drawn)
+    assert _ink(blank) == 0.0 and 0.25 < _ink(drawn) < 0.35
+
+
+def test_the_deck_builds_renders_and_prints(tmp_path, chromium):
+    deck = render_deck(DECK, tmp_path / "slides", REPO_ROOT)
+    expected = len(split_slides(DECK.read_text()))
+    assert deck.slides == expected and deck.images
+    result = check_deck(deck.html, tmp_path / "shots", chromium)
+    assert result.slides == expected
+    assert result.problems == [], result.problems
+    assert len(result.screenshots) == 2 and all(ink > 0.01 for ink in result.screenshots.values())
+    pdf = print_pdf(deck.html, tmp_path / "deck.pdf", chromium).read_bytes()
+    assert pdf.startswith(b"%PDF") and len(re.findall(rb"/Type\s*/Page[^s]", pdf)) == expected
+
+
+def test_the_render_check_catches_a_missing_picture_and_an_overflowing_slide(tmp_path, chromium):
+    deck = _tiny_deck(tmp_path)
+    items = "\n".join(f"- item {i}" for i in range(40))
+    deck.write_text(f'# Broken\n---\n## a\n<img src="img/nowhere.png" alt="x">\n---\n## b\n{items}\n')
+    built = render_deck(deck, tmp_path / "out", tmp_path)
+    result = check_deck(built.html, tmp_path / "shots", chromium)
+    assert result.missing_images == ["img/nowhere.png"]
+    assert result.overflowing == [3]
+    # the slide whose only content is a broken picture is (nearly) blank: its screenshot says so too
+    assert result.problems[2:] == ["slide-02.png is blank"]
