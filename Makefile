@@ -1,5 +1,7 @@
 # One-command tooling. Every target sets up its own virtual environment first.
-#   make lecture   set up, then execute every notebook in order on the embedded default data
+#   make lecture   set up, then execute every notebook in order, redraw the pictures cheap on this machine,
+#                  build the slides, and print a summary (python -m lecture_code.lecture)
+#   make slides    the deck: artifacts/slides/deck.html + deck.pdf from slides/deck.md, checked in headless Chromium
 #   make test      set up, then run all tests (pytest + nbval over the notebooks); .ci/run calls this
 #   make lab       JupyterLab on your own working copy of the notebooks (lab/, git-ignored), on localhost
 SHELL := /bin/bash
@@ -9,7 +11,7 @@ STAMP := $(VENV)/.installed
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
 EXECUTED := artifacts/notebooks
 
-.PHONY: setup lecture test test-fast lint format bench screenshots results lab lab-reset notebooks-normalize clean
+.PHONY: setup lecture slides test test-fast lint format bench screenshots results lab lab-reset notebooks-normalize clean
 
 setup: $(STAMP)
 
@@ -24,14 +26,15 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m pip install -q --no-deps -e .
 	touch $@
 
+# Notebooks into $(EXECUTED)/, pictures (GPU: full sizes into perf_screenshots/; CPU: --tiny into runs/), slides,
+# then a summary: what ran, where the outputs are, on which device, in how long. LECTURE_ARGS="--skip notebooks" …
 lecture: setup
-	mkdir -p $(EXECUTED)
-	set -e; for nb in $(NOTEBOOKS); do \
-	  echo "== $$nb"; \
-	  $(PY) -m jupyter nbconvert --to notebook --execute --output-dir $(EXECUTED) $$nb; \
-	  $(PY) -m jupyter nbconvert --to html --output-dir $(EXECUTED) $(EXECUTED)/$$(basename $$nb); \
-	done
-	@echo "Executed notebooks and HTML are in $(EXECUTED)/"
+	$(PY) -m lecture_code.lecture $(LECTURE_ARGS)
+
+# The deck from slides/deck.md: code cut from the sources, numbers and plots from benchmarks/results/ and
+# perf_screenshots/. Needs a Chromium for the PDF and the check (Debian: apt-get install chromium fonts-dejavu-core).
+slides: setup
+	$(PY) -m lecture_code.slides --check
 
 test: setup
 	$(PY) -m pytest tests notebooks --nbval-lax --nbval-sanitize-with notebooks/nbval_sanitize.cfg -p no:cacheprovider
