@@ -238,5 +238,19 @@ def test_kaggle_tables_gpu(seed, dtype, optimizer):
             else:
                 reference.rowwise_adagrad_step(ref_w, ref_state, ref_w.grad, lr, eps)
             touched = ref_w.grad.abs().sum(1) != 0
-            torch.testing.assert_close(tbe.weight[touched].float(), ref_w[touched], atol=atol, rtol=rtol)
+            # A hot row sums up to B gradients, in another order than index_add_: bound that rounding
+            # (n·eps·Σ|g| per element, Higham's γ_n) on top of the dtype's tolerance.
+            abs_sum = torch.zeros_like(ref_w).index_add_(
+                0, (ids + tbe.table_offsets[:-1]).flatten(), grad.abs().flatten(0, 1)
+            )
+            count = torch.zeros(ref_w.shape[0], device=device).index_add_(
+                0, (ids + tbe.table_offsets[:-1]).flatten(), torch.ones(ids.numel(), device=device)
+            )
+            sum_err = lr * count[:, None] * torch.finfo(torch.float32).eps * abs_sum
+            if optimizer == "sgd":
+                err = (tbe.weight.float() - ref_w).abs()[touched]
+                bound = (atol + rtol * ref_w.abs() + sum_err)[touched]
+                assert (err <= bound).all(), f"worst excess {(err - bound).max().item():.3g}"
+            else:  # row-wise Adagrad divides by the root of the row's summed squares: no such growth
+                torch.testing.assert_close(tbe.weight[touched].float(), ref_w[touched], atol=atol, rtol=rtol)
             ref_w.copy_(tbe.weight.float())  # keep the reference on the kernel's rounded weights
