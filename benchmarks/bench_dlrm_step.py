@@ -9,7 +9,9 @@ with min and max), samples/s, the GPU's time and the host's time for one step me
     python -m benchmarks.bench_dlrm_step            # GPU: the full table (≈ 2–3 min on an H100)
     python -m benchmarks.bench_dlrm_step --quick    # CPU (interpreter), tiny tables, batch 16: seconds
 
-Prints a table; saves CSV + PNG under benchmarks/results/dlrm_step/, stamped with device, versions, date.
+On a GPU each implementation runs in its own process (``--together``: all in one, timed interleaved):
+a device-side assert poisons a process's CUDA context, and must cost only its own row. Prints a table; saves
+CSV + PNG under benchmarks/results/dlrm_step/, stamped with device, versions, date.
 ``--time-limit`` (seconds, default 200) stops building further implementations once passed; those rows are
 saved with the reason in ``error``. An implementation that fails is a row with its error, never a crash.
 """
@@ -17,7 +19,11 @@ saved with the reason in ``error``. An implementation that fails is a row with i
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import subprocess
+import sys
+import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -27,7 +33,7 @@ import torch
 import kernels  # noqa: F401  (decides the runtime mode first: TRITON_INTERPRET=1 before triton loads, on a CPU)
 from lecture_code import bench as bu
 from lecture_code.model import DLRMConfig
-from lecture_code.perf.dlrm_step import GPU_ONLY, IMPLEMENTATIONS, make_batches, measure
+from lecture_code.perf.dlrm_step import GPU_ONLY, IMPLEMENTATIONS, StepResult, make_batches, measure
 from lecture_code.perf.kaggle_tables import kaggle_tables
 
 COLUMNS = [
@@ -64,6 +70,32 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     fig.savefig(path, dpi=120)
 
 
+def _isolated(names: list[str], args, device: torch.device, start: float) -> list[dict]:
+    """Each implementation in its own process: a device-side assert (an index out of range, say) poisons
+    the whole CUDA context, so in one process the first failure would take every later row with it."""
+    rows = []
+    for name in names:
+        left = args.time_limit - (time.monotonic() - start)
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "rows.json"
+            cmd = [sys.executable, "-m", "benchmarks.bench_dlrm_step", "--only", name,
+                   "--rows-json", str(out), "--time-limit", str(max(left, 1.0))]  # fmt: skip
+            if args.batch_size:
+                cmd += ["--batch-size", str(args.batch_size)]
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            print(done.stdout, end="")
+            if done.returncode == 0 and out.exists():
+                rows += json.loads(out.read_text())
+                continue
+        errors = [ln for ln in done.stderr.splitlines() if "Error" in ln or "Assertion" in ln]
+        why = (errors[-1] if errors else f"exit {done.returncode}").strip()[:200]
+        print(f"{name!r} failed in its own process: {why}")
+        nan = math.nan
+        for ids in ("uniform", "zipf"):
+            rows.append(asdict(StepResult(name, ids, nan, nan, nan, None, nan, nan, None, None, why)))
+    return rows
+
+
 def main(argv=None) -> list[dict]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="CPU-sized run (the default on a CPU)")
@@ -71,6 +103,10 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--only", nargs="+", choices=IMPLEMENTATIONS, help="a subset of the implementations")
     p.add_argument("--time-limit", type=float, default=200.0, help="seconds before skipping the rest")
     p.add_argument("--results-dir", type=Path, help="where CSV + PNG go (default benchmarks/results)")
+    p.add_argument(
+        "--together", action="store_true", help="GPU: all implementations in this process (interleaved)"
+    )
+    p.add_argument("--rows-json", type=Path, help=argparse.SUPPRESS)  # a child of _isolated: rows go here
     args = p.parse_args(argv)
     start = time.monotonic()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -86,14 +122,22 @@ def main(argv=None) -> list[dict]:
         batch, timing = args.batch_size or 2048, dict(steps=20, warmup=3, repeats=5, hidden_reps=5)
         if not bu.on_gpu(device):
             names = [n for n in names if n not in GPU_ONLY]
-    batches = {ids: make_batches(config, batch, 4, device, ids=ids) for ids in ("uniform", "zipf")}
-    results = measure(names, config, device, batches, deadline=start + args.time_limit, **timing)
-    rows = [{**asdict(r), "batch": batch, "preset": "small" if quick else "kaggle"} for r in results]
+    preset = "small" if quick else "kaggle"
+    if bu.on_gpu(device) and not quick and not args.together and args.rows_json is None and len(names) > 1:
+        rows = _isolated(names, args, device, start)
+    else:
+        batches = {ids: make_batches(config, batch, 4, device, ids=ids) for ids in ("uniform", "zipf")}
+        results = measure(names, config, device, batches, deadline=start + args.time_limit, **timing)
+        rows = [asdict(r) for r in results]
+    rows = [{**r, "batch": batch, "preset": preset} for r in rows]
+    if args.rows_json is not None:
+        args.rows_json.write_text(json.dumps(rows))
+        return rows
     meta = bu.stamp(device)
     bu.print_table(rows, COLUMNS)
     csv_path = bu.save(rows, "dlrm_step", "dlrm_step", meta, root=args.results_dir)
     png_path = csv_path.with_suffix(".png")
-    title = f"DLRM step, {rows[0]['preset']} preset, batch {batch} · {meta['device']} · torch {meta['torch']}"
+    title = f"DLRM step, {preset} preset, batch {batch} · {meta['device']} · torch {meta['torch']}"
     plot([r for r in rows if not r["error"]], png_path, f"{title} · {meta['date'][:10]}")
     print(f"saved {csv_path} and {png_path.name} in {time.monotonic() - start:.0f} s")
     return rows

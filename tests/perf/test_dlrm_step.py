@@ -68,3 +68,37 @@ def test_quick_benchmark_runs_on_a_cpu(tmp_path, capsys):
         saved = list(csv.DictReader(f))
     assert len(saved) == 8 and {"device", "torch", "triton", "date"} <= set(saved[0])
     assert "samples_per_s" in capsys.readouterr().out
+
+
+def test_isolated_rows_come_from_child_processes_and_a_crash_costs_one_row(monkeypatch, capsys):
+    """One real child (CPU quick sizes) gives its rows; a child killed by a device-side assert becomes two
+    error rows (uniform, zipf) naming the assert, and the parent goes on."""
+    import argparse
+    import subprocess
+
+    args = argparse.Namespace(time_limit=120.0, batch_size=8)
+    rows = bench_dlrm_step._isolated(["eager, dense grads"], args, torch.device("cpu"), 0.0)
+    assert [(r["implementation"], r["ids"]) for r in rows] == [
+        ("eager, dense grads", "uniform"),
+        ("eager, dense grads", "zipf"),
+    ]
+    assert all(r["ms_per_step"] > 0 and not r["error"] for r in rows)
+
+    real_run = subprocess.run
+
+    def crash(cmd, **kw):
+        if "fused" in cmd:
+            return subprocess.CompletedProcess(cmd, 1, "", "x\ntorch.AcceleratorError: device-side assert\n")
+        return real_run(cmd, **kw)
+
+    monkeypatch.setattr(bench_dlrm_step.subprocess, "run", crash)
+    rows = bench_dlrm_step._isolated(["fused", "eager, dense grads"], args, torch.device("cpu"), 0.0)
+    assert [r["implementation"] for r in rows] == [
+        "fused",
+        "fused",
+        "eager, dense grads",
+        "eager, dense grads",
+    ]
+    assert rows[0]["error"] == "torch.AcceleratorError: device-side assert" and rows[0]["ms_per_step"] != 0
+    assert not rows[2]["error"]
+    assert "'fused' failed in its own process" in capsys.readouterr().out
