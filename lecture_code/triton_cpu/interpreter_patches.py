@@ -219,6 +219,7 @@ def restore_triton_language() -> Iterator[None]:
     try:
         yield
     finally:
+        injected = _interpreter_globals()
         for obj, before in snapshot:
             now = dict(vars(obj))
             for name, value in before.items():
@@ -228,10 +229,23 @@ def restore_triton_language() -> Iterator[None]:
                     except (AttributeError, TypeError):
                         pass
             for name in now.keys() - before.keys():
+                if injected.get(name, _MISSING) is now[name]:
+                    continue  # put there by the interpreter's rewriter: its cached rewrites still read it
                 try:
                     delattr(obj, name)
                 except (AttributeError, TypeError):
                     pass
+
+
+def _interpreter_globals() -> dict[str, Any]:
+    """What the interpreter copies into the module globals of each function it rewrites (its own module
+    globals, ``interpreter_semantic`` among them). The rewrite is cached per function for the process, so
+    these names must stay: deleting them made every later kernel calling ``tl.sum`` fail with a NameError."""
+    try:
+        from triton.runtime import interpreter
+    except ImportError:
+        return {}
+    return dict(vars(interpreter))
 
 
 def _interpreter_original(value: Any) -> Any:

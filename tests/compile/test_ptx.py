@@ -140,3 +140,25 @@ def test_compile_survives_interpreter_leftovers(vector_add_asm, monkeypatch, tmp
     # differs when the fixture's kernel came from a Triton cache filled by another checkout.)
     assert ".entry _vector_add_kernel(" in asm["ptx"]
     assert global_memory_accesses(asm["ptx"]) == global_memory_accesses(vector_add_asm["ptx"])
+
+
+def test_restore_keeps_what_the_interpreter_rewriter_injected():
+    """The interpreter copies its globals (``interpreter_semantic``, …) into a helper's module when it first
+    rewrites the helper, and caches the rewrite for the process: the restore must keep those names (deleting
+    them broke every later kernel calling ``tl.sum``), and still remove anything else added in the block."""
+    import triton.language as tl
+    import triton.runtime.interpreter as interp
+
+    from lecture_code.triton_cpu.interpreter_patches import restore_triton_language
+
+    module, name = tl.standard, "interpreter_semantic"
+    saved = vars(module).pop(name, None)
+    try:
+        with restore_triton_language():
+            setattr(module, name, interp.interpreter_semantic)  # what the rewriter does on a first rewrite
+            module._added_in_the_block = 1
+        assert getattr(module, name) is interp.interpreter_semantic
+        assert not hasattr(module, "_added_in_the_block")
+    finally:
+        if saved is not None:
+            setattr(module, name, saved)
