@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import csv
 import re
-from pathlib import Path
 
 import pytest
+from csv_files import write_csv
 
 from lecture_code.results.page import BEGIN, END, render
 from lecture_code.results.section import num
@@ -29,14 +29,6 @@ def _section(page: str, title: str) -> str:
     start = page.index(f"## {title}")
     end = page.find("\n## ", start + 1)
     return page[start : end if end > 0 else len(page)]
-
-
-def _write_csv(path: Path, rows: list[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
 
 
 STAMP = {
@@ -117,7 +109,7 @@ GPU_MS = {
 
 
 def test_dlrm_step_goals_take_the_best_fused_version_and_the_worse_id_distribution(repo):
-    _write_csv(repo / "benchmarks/results/dlrm_step/dlrm_step_nvidia_2026-11-24.csv", _dlrm_rows(GPU_MS))
+    write_csv(repo / "benchmarks/results/dlrm_step/dlrm_step_nvidia_2026-11-24.csv", _dlrm_rows(GPU_MS))
     section = _section(render(repo)[repo / "RESULTS.md"], "The fused DLRM training step")
     # zipf is 1.1× slower here: 0.33 ms, the worse one, decides; best of ours is "fused, CUDA graph"
     assert re.search(
@@ -134,12 +126,12 @@ def test_dlrm_step_goals_take_the_best_fused_version_and_the_worse_id_distributi
 def test_dlrm_step_goals_not_met_and_not_measured(repo):
     slow = {**GPU_MS, "fused, CUDA graph": 0.5}
     rows = _dlrm_rows(slow, dists=("uniform",), peak={"fused, CUDA graph": 3000.0})
-    _write_csv(repo / "benchmarks/results/dlrm_step/dlrm_step_nvidia_2026-11-24.csv", rows)
+    write_csv(repo / "benchmarks/results/dlrm_step/dlrm_step_nvidia_2026-11-24.csv", rows)
     section = _section(render(repo)[repo / "RESULTS.md"], "The fused DLRM training step")
     # only uniform ids measured: the goals are for both distributions, so none is claimed
     assert section.count("zipf ids: not measured | not measured |") == 4
     rows = _dlrm_rows(slow, peak={"fused, CUDA graph": 3000.0})
-    _write_csv(repo / "benchmarks/results/dlrm_step/dlrm_step_nvidia_2026-11-25.csv", rows)
+    write_csv(repo / "benchmarks/results/dlrm_step/dlrm_step_nvidia_2026-11-25.csv", rows)
     section = _section(render(repo)[repo / "RESULTS.md"], "The fused DLRM training step")
     assert re.search(r"\| kaggle, batch 2048 \| .* \| 0\.550 ms, zipf .* \| not met \|", section)
     assert re.search(r"two tricks \| .* \| 1\.42× .* \| not met \|", section)
@@ -151,7 +143,7 @@ def test_a_failed_dlrm_implementation_shows_its_error_and_no_number(repo):
     for r in rows:
         if r["implementation"] == "fused, CUDA graph":
             r.update(ms_per_step="", ms_min="", ms_max="", error="skipped: past --time-limit")
-    _write_csv(repo / "benchmarks/results/dlrm_step/dlrm_step_nvidia_2026-11-24.csv", rows)
+    write_csv(repo / "benchmarks/results/dlrm_step/dlrm_step_nvidia_2026-11-24.csv", rows)
     section = _section(render(repo)[repo / "RESULTS.md"], "The fused DLRM training step")
     assert "| fused, CUDA graph (ours) | — (skipped: past --time-limit) |" in section
     # the best measured fused version is now "fused" (1.2 ms): the goal is not met
@@ -173,7 +165,7 @@ def _multi_lora_rows(ours_us: dict[int, float], pct_copy: dict[int, float]) -> l
 
 def test_multi_lora_goals_per_issue_row(repo):
     rows = _multi_lora_rows({16: 9.0, 256: 41.0, 4096: 44.0}, {16: 10.0, 256: 50.0, 4096: 79.0})
-    _write_csv(repo / "benchmarks/results/multi_lora/multi_lora_nvidia_2026-11-24.csv", rows)
+    write_csv(repo / "benchmarks/results/multi_lora/multi_lora_nvidia_2026-11-24.csv", rows)
     page = render(repo)
     section = _section(page[repo / "RESULTS.md"], "Multi-LoRA serving")
     assert re.search(r"\| T=16 µs \| .* \| 9\.00 µs \(ours, T=16 L=8 r=16 N=4096\) \| met \|", section)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import csv
 import re
-from pathlib import Path
 
 import pytest
+from csv_files import write_csv
 
 from lecture_code.results.goals import GOALS
 from lecture_code.results.page import BEGIN, END, render, stale, with_block
@@ -32,14 +32,6 @@ def test_every_table_number_of_a_section_is_the_csvs(tmp_path):
                 ln for ln in section.splitlines() if ln.startswith(f"| {r['kernel']} | {r['dtype']} | ")
             )
             assert float(line.split(" | ")[2].rstrip("%")) == float(f"{float(r['% of copy']):.3g}")
-
-
-def _write_csv(path: Path, rows: list[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
 
 
 def _pointwise_rows(
@@ -68,12 +60,12 @@ def repo(tmp_path):
 
 def test_only_the_newest_file_per_workload_and_device_counts(repo):
     results = repo / "benchmarks" / "results" / "pointwise"
-    _write_csv(
+    write_csv(
         results / "pointwise_gpu-a_2026-01-01.csv", _pointwise_rows("GPU A", "2026-01-01T10:00:00", pct=80.0)
     )
-    _write_csv(results / "pointwise_gpu-a_2026-02-01.csv", _pointwise_rows("GPU A", "2026-02-01T10:00:00"))
-    _write_csv(results / "pointwise_gpu-b_2025-12-01.csv", _pointwise_rows("GPU B", "2025-12-01T10:00:00"))
-    _write_csv(
+    write_csv(results / "pointwise_gpu-a_2026-02-01.csv", _pointwise_rows("GPU A", "2026-02-01T10:00:00"))
+    write_csv(results / "pointwise_gpu-b_2025-12-01.csv", _pointwise_rows("GPU B", "2025-12-01T10:00:00"))
+    write_csv(
         repo / "benchmarks" / "results" / "tmp" / "pointwise_gpu-a_2027-01-01.csv",
         _pointwise_rows("GPU A", "2027"),
     )
@@ -87,7 +79,7 @@ def test_only_the_newest_file_per_workload_and_device_counts(repo):
 
 def test_a_missing_baseline_and_an_unmeasured_goal_say_not_measured(repo):
     results = repo / "benchmarks" / "results" / "pointwise"
-    _write_csv(results / "pointwise_gpu_2026-01-01.csv", _pointwise_rows("GPU", "2026-01-01T00:00:00"))
+    write_csv(results / "pointwise_gpu_2026-01-01.csv", _pointwise_rows("GPU", "2026-01-01T00:00:00"))
     page = render(repo)[repo / "RESULTS.md"]
     line = next(ln for ln in page.splitlines() if ln.startswith("| bias_relu | fp32 | 97.5% |"))
     assert line.split(" | ")[3] == "not measured"  # the CSV has no cuda rows
@@ -100,7 +92,7 @@ def test_a_missing_baseline_and_an_unmeasured_goal_say_not_measured(repo):
 
 
 def test_a_csv_without_a_builder_is_listed_without_numbers(repo):
-    _write_csv(repo / "benchmarks" / "results" / "multi_lora" / "sweep_gpu_2026-01-01.csv",
+    write_csv(repo / "benchmarks" / "results" / "multi_lora" / "sweep_gpu_2026-01-01.csv",
                [{"T": 16, "us": 7.5, "device": "GPU", "date": "2026-01-01"}])  # fmt: skip
     page = render(repo)[repo / "RESULTS.md"]
     section = page[page.index("## Multi-LoRA") :]  # a file of the workload that no builder reads
@@ -109,7 +101,7 @@ def test_a_csv_without_a_builder_is_listed_without_numbers(repo):
 
 
 def test_the_readme_block_is_replaced_and_nothing_else(repo):
-    _write_csv(repo / "benchmarks" / "results" / "pointwise" / "pointwise_gpu_2026-01-01.csv",
+    write_csv(repo / "benchmarks" / "results" / "pointwise" / "pointwise_gpu_2026-01-01.csv",
                _pointwise_rows("GPU", "2026-01-01T00:00:00"))  # fmt: skip
     readme = render(repo)[repo / "README.md"]
     assert readme.startswith("# R\n\nbefore\n\n" + BEGIN) and readme.endswith(END + "\n\nafter\n")
