@@ -27,12 +27,14 @@ L · ⌈T / BLOCK_M⌉ mostly-empty programs of a grid over (adapter, row block)
   r]`` tile, on chip) over all of K, scales it, rounds it to the input dtype, then adds ``t B_lᵀ`` to its
   output tiles: every ``split``-th ``BLOCK_N`` columns of its slice (split-N: ``split`` programs share a
   tile so a small batch still fills the GPU; each recomputes t, re-reading x rows and A_l, mostly from
-  L2). No atomics, no buffer, one launch. **The default for r ≤ FUSED_MAX_RANK** (64).
+  L2). No atomics, no buffer, one launch; but each program's shrink is a serial loop over all of K, so
+  the kernel is bound by that loop's latency: on the H100 it measured slower than the split path at every
+  benchmarked shape (``benchmarks/results/multi_lora/``), and is kept as the one-kernel alternative.
 - ``"split"`` (shrink, then expand): the shrink splits K into ``split`` chunks (split-K: a decode batch of
   8 tiles × 32 chunks fills an H100) and writes fp32 partial sums ``part[k, s, pos, :]`` of ``x Aᵀ`` by
   sorted position; the expand sums the chunks in a fixed order (k = 0, 1, …), scales, rounds and adds
-  ``t B_sᵀ`` to ``[BLOCK_M, BLOCK_N]`` tiles of y. The default for larger r, where recomputing the shrink
-  per N-split costs more.
+  ``t B_sᵀ`` to ``[BLOCK_M, BLOCK_N]`` tiles of y. **The default** (``path=None``): two launches, but the
+  K loop is spread over programs instead of run by each.
 
 **Determinism.** Both paths are deterministic by default (``deterministic=True``): fixed-order sums, no
 atomics, so y is bitwise the same run to run. ``deterministic=False`` lets the split path's shrink
@@ -71,10 +73,10 @@ from kernels.lora_gemm import input_precision
 from kernels.multi_lora_meta import MultiLoRAMeta, build_meta
 from kernels.runtime import dot_upcast, interpreting
 
-__all__ = ["FUSED_MAX_RANK", "MAX_RANK", "MultiLoRAPlan", "add_multi_lora", "multi_lora_rule", "plan"]
+__all__ = ["DEFAULT_PATH", "MAX_RANK", "MultiLoRAPlan", "add_multi_lora", "multi_lora_rule", "plan"]
 
 MAX_RANK = 128  # the fp32 [BLOCK_M, r] tile of t lives in registers
-FUSED_MAX_RANK = 64  # the default path: fused up to here, shrink + expand above (to re-measure on an H100)
+DEFAULT_PATH = "split"  # faster than "fused" at every shape bench_multi_lora measured on the H100
 _TBL = 10  # slice-table columns: a_ptr, b_ptr, column offset, width, A strides (l, r, k), B strides (l, n, r)
 FN = "add_multi_lora"
 
@@ -284,10 +286,11 @@ def multi_lora_rule(
     """The rule config of ``kernel`` (``"fused"``, ``"shrink"`` or ``"expand"``) for T tokens, hidden K,
     widest slice N, rank R, S slices, L adapters.
 
-    ``block_m`` from the expected tokens per adapter (T / min(L, T): 16 at decode sizes, where a tile holds
-    an adapter's handful of tokens, up to 64); then ``split`` so that there are about two programs per SM
-    (tiles expected with evenly spread tokens × slices × split): split-N for the fused kernel (≤ the N-tiles
-    of a slice), split-K for the shrink (≤ the K-steps). ``block_n`` of the shrink and ``block_k`` of the
+    Fused: ``block_m`` from the expected tokens per adapter (T / min(L, T): 16 at decode sizes, where a tile
+    holds an adapter's handful of tokens, up to 64); then split-N (≤ the N-tiles of a slice) so that there are
+    about two programs per SM (tiles expected with evenly spread tokens × slices × split). Shrink and expand:
+    the configs a sweep on the H100 found fastest (see the comment in the code), split-K (≤ the K-steps) for
+    about one shrink program per SM. ``block_n`` of the shrink and ``block_k`` of the
     expand are the padded rank (their unused field). Interpreter: tiles no larger than the problem, no
     split (the interpreter runs programs one after another; tests force splits through ``configs=``).
     """
@@ -303,17 +306,21 @@ def multi_lora_rule(
         return BranchConfig(
             bm, block_r if kernel == "shrink" else bn, block_r if kernel == "expand" else bk, 1, 4, 1
         )
-    bm = 16 if per <= 16 else 32 if per <= 32 else 64
-    tiles = lanes * cdiv(per, bm) * S
-    want = max(1, cdiv(2 * num_sms, tiles))
-    bk = 128 if bm <= 32 and block_r <= 32 else 64
     if kernel == "fused":
-        bn = 128
+        bm = 16 if per <= 16 else 32 if per <= 32 else 64
+        bk, bn = (128 if bm <= 32 and block_r <= 32 else 64), 128
+        want = max(1, cdiv(2 * num_sms, lanes * cdiv(per, bm) * S))
         return BranchConfig(bm, bn, bk, min(cdiv(N, bn), want), 8 if bm * bn >= 8192 else 4, 3)
+    # The split path, from a config sweep at the issue's shapes on the H100 (T = 16 … 4096, r = 16): 32-token
+    # tiles, about one shrink program per SM, an expand of one stage and 8 warps, 256 columns at decode sizes.
+    bm = 32
+    tiles = lanes * cdiv(per, bm) * S
     if kernel == "shrink":
-        return BranchConfig(bm, block_r, bk, min(cdiv(K, bk), want), 4, 3)
-    bn = 128
-    return BranchConfig(bm, bn, block_r, 1, 8 if bm * bn >= 8192 else 4, 2)
+        bk = 128 if block_r <= 32 else 64
+        return BranchConfig(
+            bm, block_r, bk, min(cdiv(K, bk), max(1, cdiv(num_sms, tiles))), 4, 4 if bk == 128 else 3
+        )
+    return BranchConfig(bm, 256 if per <= 16 and block_r <= 32 else 128, block_r, 1, 8, 1)
 
 
 @dataclass(frozen=True)
@@ -337,11 +344,11 @@ def plan(
     path: str | None = None,
     configs: dict[str, BranchConfig] | None = None,
 ) -> MultiLoRAPlan:
-    """The path (``None``: fused for r ≤ :data:`FUSED_MAX_RANK`) and configs for a call shape: tuned entries
+    """The path (``None``: :data:`DEFAULT_PATH`) and configs for a call shape: tuned entries
     of the persistent cache where there are some, else :func:`multi_lora_rule`; ``configs`` (by kernel name)
     override the set fields."""
     if path is None:
-        path = "fused" if R <= FUSED_MAX_RANK else "split"
+        path = DEFAULT_PATH
     if path not in ("fused", "split"):
         raise ValueError(f"{FN}: path={path!r} must be 'fused', 'split' or None")
     sms, N = sm_count(device), max(widths)
@@ -541,8 +548,8 @@ def add_multi_lora(
     (slices, one rank, widths summing to N); ``adapter_ids`` [T] int32/int64; ``scale`` a float or [L]
     tensor. ``meta``: :func:`kernels.multi_lora_meta.build_meta` of ``adapter_ids`` made once for all layers
     of a step (built here when None). ``deterministic``: no atomics (the default; see the module).
-    ``path``: ``"fused"``, ``"split"`` or None (the rule); ``configs``: per-kernel config overrides
-    (``{"fused" | "shrink" | "expand": BranchConfig}``).
+    ``path``: ``"fused"``, ``"split"`` or None (:data:`DEFAULT_PATH`); ``configs``: per-kernel config
+    overrides (``{"fused" | "shrink" | "expand": BranchConfig}``).
     """
     slices = _stacks(lora_a, lora_b)
     T, K, widths, R, L = _check(y, x, slices, adapter_ids, scale)

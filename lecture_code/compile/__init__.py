@@ -32,7 +32,7 @@ Example::
     show_kernel(find_kernels(code, contains=("relu",))[0])
 """
 
-from lecture_code.compile.capture import capture_compiled_code, explain_graph_breaks
+from lecture_code.compile.capture import GraphBreaks, capture_compiled_code, explain_graph_breaks
 from lecture_code.compile.concatenation import ConcatReport, concatenation_report
 from lecture_code.compile.generated_code import KERNEL_KINDS as KERNEL_KINDS
 from lecture_code.compile.generated_code import (
@@ -51,6 +51,7 @@ __all__ = [
     "BufferView",
     "CompiledCode",
     "ConcatReport",
+    "GraphBreaks",
     "Kernel",
     "Launch",
     "LibraryCall",

@@ -16,7 +16,9 @@ import contextlib
 import logging
 import os
 import re
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -26,7 +28,7 @@ from lecture_code.compile.generated_code import CompiledCode, parse_output_code
 from lecture_code.triton_cpu.inductor_on_cpu import TritonOnCpuStatus, run_with_triton_on_cpu
 from lecture_code.triton_cpu.internals import run_and_get_code
 
-__all__ = ["capture_compiled_code", "explain_graph_breaks"]
+__all__ = ["GraphBreaks", "capture_compiled_code", "explain_graph_breaks"]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -90,13 +92,39 @@ def _dynamo_errors_only() -> Iterator[None]:
         logger.setLevel(level)
 
 
-def explain_graph_breaks(fn: Callable[..., Any], *example_inputs: Any) -> list[str]:
-    """Dynamo's reasons for every graph break in ``fn(*example_inputs)`` (``torch._dynamo.explain``)."""
+@dataclass(frozen=True)
+class GraphBreaks:
+    """What ``torch._dynamo.explain`` found for one call: the graphs it traced (per graph, its operations by
+    name and count, most frequent first), the breaks between them and the reasons dynamo gave for them."""
+
+    graph_ops: list[dict[str, int]]
+    breaks: int
+    reasons: list[str]
+
+    @property
+    def graphs(self) -> int:
+        return len(self.graph_ops)
+
+    def __str__(self) -> str:
+        lines = [f"dynamo traced {self.graphs} graph(s) with {self.breaks} graph break(s)"]
+        for i, ops in enumerate(self.graph_ops, 1):
+            top = ", ".join(f"{name} {n}" for name, n in list(ops.items())[:5])
+            lines.append(f"graph {i}: {sum(ops.values())} ops; most frequent: {top}")
+        return "\n".join([*lines, *(f"graph break: {r}" for r in self.reasons)])
+
+
+def _ops(graph_module: Any) -> dict[str, int]:
+    calls = (n for n in graph_module.graph.nodes if n.op in ("call_function", "call_method"))
+    return dict(Counter(getattr(n.target, "__name__", str(n.target)) for n in calls).most_common())
+
+
+def explain_graph_breaks(fn: Callable[..., Any], *example_inputs: Any) -> GraphBreaks:
+    """Run ``fn(*example_inputs)`` under ``torch._dynamo.explain``: graph and break counts, break reasons."""
     try:
         with _dynamo_errors_only():
             explanation = torch._dynamo.explain(fn)(*example_inputs)
     except Exception as exc:  # noqa: BLE001
-        return [f"torch._dynamo.explain failed: {type(exc).__name__}: {exc}"]
+        return GraphBreaks([], 0, [f"torch._dynamo.explain failed: {type(exc).__name__}: {exc}"])
     finally:
         torch._dynamo.reset()
     reasons = []
@@ -108,7 +136,7 @@ def explain_graph_breaks(fn: Callable[..., Any], *example_inputs: Any) -> list[s
             frame = stack[-1]
             reason += f" (at {_short_path(getattr(frame, 'filename', '?'))}:{getattr(frame, 'lineno', '?')})"
         reasons.append(reason)
-    return reasons
+    return GraphBreaks([_ops(g) for g in explanation.graphs], explanation.graph_break_count, reasons)
 
 
 def _named_leaves(fn: Any, inputs: Sequence[Any]) -> dict[str, torch.Tensor]:
@@ -209,7 +237,7 @@ def capture_compiled_code(
     except Exception as exc:
         if not fullgraph:
             raise
-        break_reasons = explain_graph_breaks(target, *example_inputs)
+        break_reasons = explain_graph_breaks(target, *example_inputs).reasons
         if not break_reasons:
             raise
         notes.append(

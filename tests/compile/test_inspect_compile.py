@@ -12,6 +12,7 @@ from compile_test_models import bce_loss, eager_grads
 from lecture_code.compile import (
     CompiledCode,
     capture_compiled_code,
+    explain_graph_breaks,
     find_kernels,
     fused_ops,
     parse_kernel_name,
@@ -167,6 +168,22 @@ def test_graph_break_is_explained_and_captured_anyway(device):
     assert code.notes and "fullgraph=True failed" in code.notes[0]
     assert len(code.files) == 2  # one graph on each side of the break
     torch.testing.assert_close(code.result, with_break(x))
+
+
+def test_explain_graph_breaks_counts_graphs_and_breaks():
+    def with_breaks(x):
+        x = torch.relu(x + 1.0)
+        torch._dynamo.graph_break()
+        x = x * 2.0
+        torch._dynamo.graph_break()
+        return torch.sigmoid(x)
+
+    found = explain_graph_breaks(with_breaks, torch.randn(4, 8))
+    assert (found.graphs, found.breaks, len(found.reasons)) == (3, 2, 2)
+    assert str(found).splitlines()[0] == "dynamo traced 3 graph(s) with 2 graph break(s)"
+    assert found.graph_ops == [{"add": 1, "relu": 1}, {"mul": 1}, {"sigmoid": 1}]
+    whole = explain_graph_breaks(lambda x: torch.relu(x) * 2.0, torch.randn(4, 8))
+    assert (whole.graphs, whole.breaks, whole.reasons) == (1, 0, [])
 
 
 def test_explain_keeps_dynamo_warnings_out_of_the_output():

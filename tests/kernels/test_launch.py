@@ -70,7 +70,8 @@ def test_reduce_partials_sums_the_rows(G, N, dtype, seed, poison_empty):
     out = reduce_partials(partial, dtype)
     assert out.shape == (N,) and out.dtype == dtype
     # Any summation order is right: the fp32 sum may differ from the exact one by at most G·eps32·Σ|x|
-    # (the classic bound), and rounding to ``dtype`` adds one ulp of ``dtype``. A dropped or doubled row is ~1 off.
+    # (the classic bound), and rounding to ``dtype`` adds one ulp of ``dtype``. A dropped or doubled row is
+    # ~1 off.
     exact = partial.double().sum(0)
     bound = G * torch.finfo(torch.float32).eps * partial.double().abs().sum(0)
     bound += torch.finfo(dtype).eps * exact.abs() + torch.finfo(dtype).tiny
