@@ -4,13 +4,14 @@
   wrong element); :class:`~.checker.Report`, one line per case.
 - :mod:`.guards`: buffers with a guard region, to catch reads and writes past a tensor's end (a missing mask).
 - Notebook 04: :mod:`.bias_gelu` (``check_bias_gelu``: bias + GELU in Triton, the tail masked).
+- Notebook 05: :mod:`.sgd_rows` (``check_sgd_rows``: exact SGD on the touched rows, repeated ids summed).
 - Notebook 06: :mod:`.lora_linear` (``check_lora_linear``: the whole hand-written backward) and
   :mod:`.lora_da` (``check_lora_da``: dA alone).
 - Notebook 07: :mod:`.multi_lora_expand` (``check_multi_lora_expand``: the multi-LoRA expand, rows with
   adapter id −1 untouched, the column tail masked).
 - :mod:`.solutions`: one answer per exercise, tested in CI like any kernel.
 
-Notebook 05 adds its own the same way: a module with its cases and a ``check_*`` function built on
+A new exercise follows the same pattern: a module with its cases and a ``check_*`` function built on
 :mod:`.checker` (and :mod:`.guards` where a kernel writes into a given output), a solution in
 :mod:`.solutions`, a test in ``tests/exercises/`` that plants the usual mistakes.
 """
@@ -20,5 +21,13 @@ from lecture_code.exercises.checker import Report
 from lecture_code.exercises.lora_da import check_lora_da
 from lecture_code.exercises.lora_linear import check_lora_linear
 from lecture_code.exercises.multi_lora_expand import check_multi_lora_expand
+from lecture_code.exercises.sgd_rows import check_sgd_rows
 
-__all__ = ["Report", "check_bias_gelu", "check_lora_da", "check_lora_linear", "check_multi_lora_expand"]
+__all__ = [
+    "Report",
+    "check_bias_gelu",
+    "check_lora_da",
+    "check_lora_linear",
+    "check_multi_lora_expand",
+    "check_sgd_rows",
+]
