@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels import reference, runtime
-from lecture_code.exercises.checker import Report, compare
+from kernels import reference
+from lecture_code.exercises.checker import Report, compare, run_cases
 from lecture_code.exercises.guards import guarded_copy, guarded_output
 
 __all__ = ["CASES", "TOLERANCES", "check_bias_gelu"]
@@ -73,10 +73,4 @@ def _problems(fn: Callable, case: Case, seed: int, device: torch.device) -> list
 
 def check_bias_gelu(fn: Callable, device: torch.device | None = None, verbose: bool = True) -> Report:
     """Check ``fn(x, bias, out)`` against the reference on :data:`CASES`; print the report if verbose."""
-    device = device or runtime.default_device()
-    report = Report("bias + GELU")
-    for i, case in enumerate(CASES):
-        report.cases.append((case.name, _problems(fn, case, seed=400 + i, device=device)))
-    if verbose:
-        print(report)
-    return report
+    return run_cases("bias + GELU", CASES, _problems, fn, 400, device, verbose)

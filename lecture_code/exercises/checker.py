@@ -5,16 +5,20 @@ would fix things: not a tensor → wrong shape (saying when it is the expected s
 dtype → a NaN where the reference has a number (its first index) → the first element outside the tolerance,
 with its index, the expected and the got value and how many elements are wrong. A :class:`Report` gathers
 one line per case; it never raises for a wrong answer, so a notebook cell that checks a wrong attempt still
-runs to the end. The exercise modules (``bias_gelu``, ``lora_da``, …) build their cases on this.
+runs to the end. :func:`run_cases` runs an exercise's cases into a report; :func:`returned_in_place` judges
+what an in-place function returned. The exercise modules (``bias_gelu``, ``lora_da``, …) build on these.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["Report", "compare", "first_index"]
+from kernels import runtime
+
+__all__ = ["Report", "compare", "first_index", "returned_in_place", "run_cases"]
 
 
 def first_index(mask: torch.Tensor) -> tuple[int, ...]:
@@ -79,3 +83,43 @@ class Report:
             f"{self.exercise}: all {len(self.cases)} cases pass" if self.ok else "not yet: see above"
         )
         return "\n".join(lines)
+
+
+def returned_in_place(ret: object, target: torch.Tensor, name: str, done: str, fix: str) -> list[str]:
+    """Problems with what an in-place function returned instead of ``target`` itself (empty: it is right).
+
+    ``name`` is what to return ("y"), ``done`` what the function should have done to it ("adding into it"),
+    ``fix`` the advice for a new tensor ("add into y in place and return y")."""
+    if ret is None:
+        return [f"returned None: return {name} (after {done} in place)"]
+    if isinstance(ret, torch.Tensor) and ret.shape != target.shape:
+        return [
+            p.replace("returned value has", "returned a tensor of")
+            for p in compare("returned value", ret, target, 0, 0)
+        ]
+    if not isinstance(ret, torch.Tensor):
+        return [f"returned a {type(ret).__name__}, not a tensor: return {name}"]
+    if ret.data_ptr() != target.data_ptr():
+        return [f"returned a new tensor: {fix}"]
+    return []
+
+
+def run_cases(
+    exercise: str,
+    cases: Sequence,
+    problems: Callable[[Callable, object, int, torch.device], list[str]],
+    fn: Callable,
+    first_seed: int,
+    device: torch.device | None,
+    verbose: bool,
+) -> Report:
+    """``problems(fn, case, seed, device)`` for every case (seeds ``first_seed``, ``first_seed + 1``, …; the
+    device by default :func:`kernels.runtime.default_device`), as a :class:`Report` named ``exercise``,
+    printed if ``verbose``."""
+    device = device or runtime.default_device()
+    report = Report(exercise)
+    for k, case in enumerate(cases):
+        report.cases.append((case.name, problems(fn, case, first_seed + k, device)))
+    if verbose:
+        print(report)
+    return report

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels import reference, runtime
-from lecture_code.exercises.checker import Report, compare
+from kernels import reference
+from lecture_code.exercises.checker import Report, compare, run_cases
 
 __all__ = ["CASES", "check_lora_da", "reference_da"]
 
@@ -82,10 +82,4 @@ def _problems(fn: Callable, case: Case, seed: int, device: torch.device) -> list
 
 def check_lora_da(fn: Callable, device: torch.device | None = None, verbose: bool = True) -> Report:
     """Check ``fn(dy, x, lora_b, scale) -> dA`` against the reference on :data:`CASES`; print the report."""
-    device = device or runtime.default_device()
-    report = Report("LoRA dA")
-    for i, case in enumerate(CASES):
-        report.cases.append((case.name, _problems(fn, case, seed=600 + i, device=device)))
-    if verbose:
-        print(report)
-    return report
+    return run_cases("LoRA dA", CASES, _problems, fn, 600, device, verbose)

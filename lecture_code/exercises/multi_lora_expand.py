@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels import reference, runtime
-from lecture_code.exercises.checker import Report, compare, first_index
+from kernels import reference
+from lecture_code.exercises.checker import Report, compare, first_index, returned_in_place, run_cases
 from lecture_code.exercises.guards import SENTINEL, guarded_copy
 
 __all__ = ["CASES", "TOLERANCES", "check_multi_lora_expand", "reference_expand"]
@@ -85,21 +85,6 @@ def _inputs(case: Case, seed: int):
     return y, t, b, ids
 
 
-def _returned(ret, y: torch.Tensor) -> list[str]:
-    if ret is None:
-        return ["returned None: return y (after adding into it in place)"]
-    if isinstance(ret, torch.Tensor) and ret.shape != y.shape:
-        return [
-            p.replace("returned value has", "returned a tensor of")
-            for p in compare("returned value", ret, y, 0, 0)
-        ]
-    if not isinstance(ret, torch.Tensor):
-        return [f"returned a {type(ret).__name__}, not a tensor: return y"]
-    if ret.data_ptr() != y.data_ptr():
-        return ["returned a new tensor: add into y in place (y[i] += …) and return y"]
-    return []
-
-
 def _minus_one_rows(got, y0, want_last, ids) -> list[str]:
     none = ids < 0
     changed = (got != y0) & none[:, None]
@@ -140,7 +125,9 @@ def _problems(fn: Callable, case: Case, seed: int, device: torch.device) -> list
     inputs = (gt.tensor.cpu(), gb.tensor.cpu(), gi.tensor.cpu())
     if not all(torch.equal(a, e) for a, e in zip(inputs, (t, torch.cat([before, b]), ids), strict=True)):
         problems.append("changed an input (t, lora_b or adapter_ids): add into y only")
-    problems += _returned(ret, y)
+    problems += returned_in_place(
+        ret, y, "y", "adding into it", "add into y in place (y[i] += …) and return y"
+    )
     got = y.detach().cpu()
     problems += _minus_one_rows(got, y0, want_last, ids)
     # the rows with an adapter: −1 rows are judged above, so give them the expected values here
@@ -158,10 +145,4 @@ def _problems(fn: Callable, case: Case, seed: int, device: torch.device) -> list
 def check_multi_lora_expand(fn: Callable, device: torch.device | None = None, verbose: bool = True) -> Report:
     """Check ``fn(y, t, lora_b, adapter_ids) -> y`` against the reference on :data:`CASES`; print the
     report if verbose."""
-    device = device or runtime.default_device()
-    report = Report("multi-LoRA expand")
-    for k, case in enumerate(CASES):
-        report.cases.append((case.name, _problems(fn, case, seed=700 + k, device=device)))
-    if verbose:
-        print(report)
-    return report
+    return run_cases("multi-LoRA expand", CASES, _problems, fn, 700, device, verbose)

@@ -28,8 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels import runtime
-from lecture_code.exercises.checker import Report, compare, first_index
+from lecture_code.exercises.checker import Report, compare, first_index, returned_in_place, run_cases
 from lecture_code.exercises.guards import guarded_copy
 
 __all__ = ["CASES", "TOLERANCES", "check_sgd_rows", "reference_sgd_rows"]
@@ -74,16 +73,6 @@ def _inputs(case: Case, seed: int):
     return weight, ids, grad
 
 
-def _returned(ret, weight: torch.Tensor) -> list[str]:
-    if ret is None:
-        return ["returned None: return weight (after updating it in place)"]
-    if not isinstance(ret, torch.Tensor):
-        return [f"returned a {type(ret).__name__}, not a tensor: return weight"]
-    if ret.data_ptr() != weight.data_ptr():
-        return ["returned a new tensor: update weight in place and return it"]
-    return []
-
-
 def _single_update_rows(got, w0, ids, grad, atol, rtol) -> list[int]:
     # the repeated rows whose every element holds one lookup's update instead of the sum: indexed assignment
     # writes each element once, in no promised order (threads may even pick different lookups per element)
@@ -110,7 +99,9 @@ def _problems(fn: Callable, case: Case, seed: int, device: torch.device) -> list
         problems.append(f"wrote {past} element(s) past the end of weight: are the row indices in range?")
     if not (torch.equal(gi.tensor.cpu(), ids) and torch.equal(gg.tensor.cpu(), grad)):
         problems.append("changed an input (ids or grad): update weight only")
-    problems += _returned(ret, weight)
+    problems += returned_in_place(
+        ret, weight, "weight", "updating it", "update weight in place and return it"
+    )
     got = weight.detach().cpu()
     untouched = torch.ones(case.rows, dtype=torch.bool)
     untouched[ids] = False
@@ -139,10 +130,4 @@ def _problems(fn: Callable, case: Case, seed: int, device: torch.device) -> list
 def check_sgd_rows(fn: Callable, device: torch.device | None = None, verbose: bool = True) -> Report:
     """Check ``fn(weight, ids, grad, lr) -> weight`` against the reference on :data:`CASES`; print the
     report if verbose."""
-    device = device or runtime.default_device()
-    report = Report("exact SGD on the touched rows")
-    for k, case in enumerate(CASES):
-        report.cases.append((case.name, _problems(fn, case, seed=500 + k, device=device)))
-    if verbose:
-        print(report)
-    return report
+    return run_cases("exact SGD on the touched rows", CASES, _problems, fn, 500, device, verbose)
