@@ -89,7 +89,7 @@ def waterfall_chart(rows: Sequence[dict], png_path: str | Path, title: str, subt
     ax.set_xlim(0, right * 1.45)
     ax.set_yticks(list(ys), [r["implementation"] for r in rows])
     ax.invert_yaxis()
-    ax.set_xlabel("ms per training step (median of interleaved repeats; whiskers: min–max)")
+    ax.set_xlabel("ms per training step (median of repeated runs; whiskers: min–max)")
     ax.grid(alpha=0.3, axis="x")
     fig.suptitle(f"{title}\n{subtitle}", fontsize=10)
     return save_figure(fig, png_path)

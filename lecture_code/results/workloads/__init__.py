@@ -32,6 +32,7 @@ BUILDERS: dict[tuple[str, str], Callable[[ResultFile], Section]] = {
     ("pointwise", "pointwise"): pointwise.build,
     ("fused_mlp", "fused_mlp"): fused_mlp.build,
     ("dlrm_step", "dlrm_step"): dlrm_step.build,
+    ("dlrm_step_batch8192", "dlrm_step"): dlrm_step.build,  # the same benchmark with --batch-size 8192
     ("lora", "lora_overhead"): lora.build,
     ("lora_adaptation", "dlrm_adaptation"): lora_adaptation.build,
     ("multi_lora", "multi_lora"): multi_lora.build,
@@ -53,6 +54,7 @@ ORDER = (
     "pointwise",
     "fused_mlp",
     "dlrm_step",
+    "dlrm_step_batch8192",
     "lora",
     "lora_adaptation",
     "multi_lora",
