@@ -1,16 +1,12 @@
 """Netron serves an exported graph on loopback, and headless Chromium renders it (no consent dialog).
 
-Needs Playwright (a pip package, in requirements.txt) and a system Chromium. On a fresh Debian CI machine
-running as root, the session fixture installs Chromium with apt (about 20 s); elsewhere, without Chromium,
-the rendering tests are skipped with the reason. Set ``LECTURE_NO_APT=1`` to forbid the install.
+Needs Playwright (a pip package, in requirements.txt) and a system Chromium: the ``chromium`` fixture of
+``tests/conftest.py`` (installed with apt on a fresh Debian CI machine running as root, else a skip).
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import struct
-import subprocess
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -21,48 +17,8 @@ import torch
 from torch import nn
 
 from lecture_code.export import netron as netron_view
-from lecture_code.export.netron import find_chromium, serve_netron
+from lecture_code.export.netron import serve_netron
 from lecture_code.export.onnx_export import export_onnx, summarize_onnx
-
-APT_PACKAGES = ("chromium", "fonts-dejavu-core", "fonts-wqy-microhei")  # wqy: Netron's 〈〉 shape brackets
-APT_TIMEOUT_S = 600
-
-
-def _install_chromium_with_apt() -> str:
-    """Try ``apt-get install chromium`` (root on Debian only); return what happened, for a skip reason."""
-    if os.environ.get("LECTURE_NO_APT"):
-        return "LECTURE_NO_APT is set"
-    if not Path("/etc/debian_version").exists() or shutil.which("apt-get") is None:
-        return "not a Debian machine with apt-get"
-    if os.geteuid() != 0:
-        return "not root, cannot apt-get install chromium"
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    commands = (
-        ["apt-get", "update", "-q"],
-        ["apt-get", "install", "-y", "-q", "--no-install-recommends", *APT_PACKAGES],
-    )
-    try:
-        for command in commands:
-            done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=APT_TIMEOUT_S)
-            if done.returncode != 0:
-                return f"{' '.join(command)} failed: {done.stderr.strip()[-300:]}"
-    except (OSError, subprocess.TimeoutExpired) as error:
-        return f"apt-get failed: {error}"
-    return "apt-get installed chromium, yet no executable was found: check $CHROMIUM and PATH"
-
-
-@pytest.fixture(scope="session")
-def chromium() -> str:
-    """A Chromium executable (installed with apt when possible), else skip with the reason."""
-    import playwright.sync_api  # noqa: F401  (a requirement: a broken install fails here, it is not skipped)
-
-    path = find_chromium()
-    if path is None:
-        outcome = _install_chromium_with_apt()
-        path = find_chromium()
-        if path is None:
-            pytest.skip(f"no Chromium for the Netron render test ({outcome})")
-    return path
 
 
 class TinyTower(nn.Module):

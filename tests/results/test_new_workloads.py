@@ -11,7 +11,7 @@ import csv
 import re
 
 import pytest
-from csv_files import write_csv
+from result_csvs import STAMP, dlrm_rows, write_csv
 
 from lecture_code.results.page import BEGIN, END, render
 from lecture_code.results.section import num
@@ -29,14 +29,6 @@ def _section(page: str, title: str) -> str:
     start = page.index(f"## {title}")
     end = page.find("\n## ", start + 1)
     return page[start : end if end > 0 else len(page)]
-
-
-STAMP = {
-    "device": "NVIDIA H100 80GB HBM3",
-    "torch": "2.11.0",
-    "triton": "3.6.0",
-    "date": "2026-11-24T10:00:00",
-}
 
 
 def test_the_dlrm_step_benchmarks_own_csv_is_summarised(repo):
@@ -84,22 +76,6 @@ def test_the_multi_lora_benchmarks_own_csv_is_summarised(repo, monkeypatch):
     assert section.count("| not measured | not measured |") >= 5 and "| met |" not in section
 
 
-def _dlrm_rows(
-    ms: dict[str, float], preset="kaggle", batch=2048, dists=("uniform", "zipf"), peak=None
-) -> list:
-    rows = []
-    for dist in dists:
-        for name, value in ms.items():
-            rows.append(
-                {"implementation": name, "ids": dist, "ms_per_step": value * (1.1 if dist == "zipf" else 1.0),
-                 "ms_min": value * 0.9, "ms_max": value * 1.2, "gpu_ms": value * 0.8, "host_ms": 0.05,
-                 "samples_per_s": batch / value * 1e3, "state_mib": 2100.0,
-                 "peak_mib": (peak or {}).get(name, 2200.0), "error": "", "batch": batch, "preset": preset,
-                 **STAMP}
-            )  # fmt: skip
-    return rows
-
-
 GPU_MS = {
     "eager, sparse grads": 4.6,
     "packed + index_add_, CUDA graph": 0.71,
@@ -109,7 +85,7 @@ GPU_MS = {
 
 
 def test_dlrm_step_goals_take_the_best_fused_version_and_the_worse_id_distribution(repo):
-    write_csv(repo / "benchmarks/results/dlrm_step/dlrm_step_nvidia_2026-11-24.csv", _dlrm_rows(GPU_MS))
+    write_csv(repo / "benchmarks/results/dlrm_step/dlrm_step_nvidia_2026-11-24.csv", dlrm_rows(GPU_MS))
     section = _section(render(repo)[repo / "RESULTS.md"], "The fused DLRM training step")
     # zipf is 1.1× slower here: 0.33 ms, the worse one, decides; best of ours is "fused, CUDA graph"
     assert re.search(
@@ -125,12 +101,12 @@ def test_dlrm_step_goals_take_the_best_fused_version_and_the_worse_id_distributi
 
 def test_dlrm_step_goals_not_met_and_not_measured(repo):
     slow = {**GPU_MS, "fused, CUDA graph": 0.5}
-    rows = _dlrm_rows(slow, dists=("uniform",), peak={"fused, CUDA graph": 3000.0})
+    rows = dlrm_rows(slow, dists=("uniform",), peak={"fused, CUDA graph": 3000.0})
     write_csv(repo / "benchmarks/results/dlrm_step/dlrm_step_nvidia_2026-11-24.csv", rows)
     section = _section(render(repo)[repo / "RESULTS.md"], "The fused DLRM training step")
     # only uniform ids measured: the goals are for both distributions, so none is claimed
     assert section.count("zipf ids: not measured | not measured |") == 4
-    rows = _dlrm_rows(slow, peak={"fused, CUDA graph": 3000.0})
+    rows = dlrm_rows(slow, peak={"fused, CUDA graph": 3000.0})
     write_csv(repo / "benchmarks/results/dlrm_step/dlrm_step_nvidia_2026-11-25.csv", rows)
     section = _section(render(repo)[repo / "RESULTS.md"], "The fused DLRM training step")
     assert re.search(r"\| kaggle, batch 2048 \| .* \| 0\.550 ms, zipf .* \| not met \|", section)
@@ -139,7 +115,7 @@ def test_dlrm_step_goals_not_met_and_not_measured(repo):
 
 
 def test_a_failed_dlrm_implementation_shows_its_error_and_no_number(repo):
-    rows = _dlrm_rows(GPU_MS)
+    rows = dlrm_rows(GPU_MS)
     for r in rows:
         if r["implementation"] == "fused, CUDA graph":
             r.update(ms_per_step="", ms_min="", ms_max="", error="skipped: past --time-limit")

@@ -6,7 +6,7 @@ import csv
 import re
 
 import pytest
-from csv_files import write_csv
+from result_csvs import write_csv
 
 from lecture_code.results.goals import GOALS
 from lecture_code.results.page import BEGIN, END, render, stale, with_block

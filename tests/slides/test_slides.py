@@ -9,36 +9,18 @@ with the reason.
 
 from __future__ import annotations
 
-import csv
-import importlib.util
 import re
 from pathlib import Path
 
 import pytest
+from result_csvs import dlrm_rows, write_csv
 
-from lecture_code.export.netron import find_chromium
 from lecture_code.results.sources import REPO_ROOT
 from lecture_code.slides import check_deck, extract, print_pdf, render_deck, split_slides
 from lecture_code.slides.browser import _ink
 from lecture_code.slides.directives import NOT_MEASURED_YET
 
 DECK = REPO_ROOT / "slides" / "deck.md"
-
-
-@pytest.fixture(scope="session")
-def chromium() -> str:
-    path = find_chromium()
-    if path is None:
-        spec = importlib.util.spec_from_file_location(
-            "_netron_render_helpers", REPO_ROOT / "tests" / "export" / "test_netron_render.py"
-        )
-        helpers = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(helpers)
-        why = helpers._install_chromium_with_apt()
-        path = find_chromium()
-        if path is None:
-            pytest.skip(f"no Chromium: {why}")
-    return path
 
 
 def test_code_is_cut_from_the_file_not_retyped():
@@ -81,23 +63,6 @@ def _tiny_deck(tmp_path: Path) -> Path:
     return deck
 
 
-def _dlrm_csv(root: Path) -> None:
-    path = root / "benchmarks" / "results" / "dlrm_step" / "dlrm_step_nvidia_2026-11-24.csv"
-    path.parent.mkdir(parents=True)
-    stamp = {"device": "NVIDIA H100 80GB HBM3", "torch": "2.11", "triton": "3.6", "date": "2026-11-24T10:00"}
-    with path.open("w", newline="") as f:
-        writer = None
-        for dist in ("uniform", "zipf"):
-            for name, ms in (("eager, sparse grads", 4.61), ("fused, CUDA graph", 0.314)):
-                row = {"implementation": name, "ids": dist, "ms_per_step": ms, "ms_min": ms, "ms_max": ms,
-                       "gpu_ms": "", "host_ms": 0.1, "samples_per_s": 1.0, "state_mib": 1.0, "peak_mib": 1.0,
-                       "error": "", "batch": 2048, "preset": "kaggle", **stamp}  # fmt: skip
-                if writer is None:
-                    writer = csv.DictWriter(f, fieldnames=list(row))
-                    writer.writeheader()
-                writer.writerow(row)
-
-
 def test_sections_without_a_result_say_not_measured_yet_and_fill_in_when_one_lands(tmp_path):
     root = tmp_path / "repo"
     (root / "benchmarks" / "results").mkdir(parents=True)
@@ -105,7 +70,8 @@ def test_sections_without_a_result_say_not_measured_yet_and_fill_in_when_one_lan
     page = render_deck(deck, tmp_path / "out", root).html.read_text()
     assert page.count(NOT_MEASURED_YET) == 2
     assert "python -m benchmarks.bench_dlrm_step" in page and "python -m benchmarks.bench_multi_lora" in page
-    _dlrm_csv(root)
+    rows = dlrm_rows({"eager, sparse grads": 4.61, "fused, CUDA graph": 0.314})
+    write_csv(root / "benchmarks" / "results" / "dlrm_step" / "dlrm_step_nvidia_2026-11-24.csv", rows)
     page = render_deck(deck, tmp_path / "out", root).html.read_text()
     assert page.count(NOT_MEASURED_YET) == 1  # multi_lora still has none
     dlrm = page[page.index('id="slide-2"') : page.index('id="slide-3"')]
