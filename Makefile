@@ -9,7 +9,6 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
-EXECUTED := artifacts/notebooks
 
 .PHONY: setup lecture slides test test-fast lint format bench screenshots results lab lab-reset notebooks-normalize clean
 
@@ -26,7 +25,7 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m pip install -q --no-deps -e .
 	touch $@
 
-# Notebooks into $(EXECUTED)/, pictures (GPU: full sizes into perf_screenshots/; CPU: --tiny into runs/), slides,
+# Notebooks into artifacts/notebooks/, pictures (GPU: full sizes into perf_screenshots/; CPU: --tiny into runs/), slides,
 # then a summary: what ran, where the outputs are, on which device, in how long. LECTURE_ARGS="--skip notebooks" …
 lecture: setup
 	$(PY) -m lecture_code.lecture $(LECTURE_ARGS)

@@ -131,11 +131,10 @@ def providers(y, x, a, b, ids, widths, device) -> tuple[dict, list[str]]:
     return out, skipped
 
 
-def _check(name, fn, y, x, a, b, ids, one) -> None:
-    """Never time a wrong answer: one call on a copy of y against the fp32 reference."""
+def _check(name, fn, y, y0, x, a, b, ids, one) -> None:
+    """Never time a wrong answer: one call (y holding y0) against the fp32 reference; y is y0 again after."""
     if name in ("meta",) or "(graph)" in name:
         return  # the graphs replay the checked calls
-    y0 = y.clone()
     A, B = (a[0], b[0]) if one else (a, b)
     want = reference.multi_lora(y0.float(), x.float(), _f32(A), _f32(B), ids, SCALE) - y0.float()
     fn()
@@ -173,7 +172,7 @@ def run_shape(T, L, r, widths, K, dtype, device, copy_cache: dict) -> tuple[list
     rows, y_start = [], y.clone()
     for name, fn in fns.items():
         y.copy_(y_start)  # the previous provider's timing loop kept adding into y: a bf16 y that large
-        _check(name, fn, y, x, a, b, ids, len(widths) == 1)  # would round the small update away
+        _check(name, fn, y, y_start, x, a, b, ids, len(widths) == 1)  # would round the small update away
         ms = bu.median_ms(fn, device)
         gbps = moved / (ms * 1e6) if name != "meta" else None
         rows.append({"shape": label, "T": T, "L": L, "r": r, "slices": len(widths), "provider": name,

@@ -33,7 +33,7 @@ from kernels import runtime
 from kernels.multi_lora import add_multi_lora
 from kernels.multi_lora_meta import MultiLoRAMeta, build_meta
 from lecture_code import bench
-from lecture_code.lora.apply import apply_lora, lora_modules, merge_lora
+from lecture_code.lora.apply import apply_lora, linear_names, lora_modules, merge_lora
 from lecture_code.model import DLRM, DLRMConfig
 
 __all__ = [
@@ -55,7 +55,7 @@ FN = "score_mixed"
 
 def over_arch_linears(model: DLRM) -> dict[str, nn.Linear]:
     """The over-arch's ``nn.Linear`` layers by qualified name (``over_arch.model.0``, …), in order."""
-    found = {f"over_arch.{n}": m for n, m in model.over_arch.named_modules() if isinstance(m, nn.Linear)}
+    found = {n: model.get_submodule(n) for n in linear_names(model) if n.startswith("over_arch.")}
     if not found:
         raise ValueError(
             "over_arch_linears: the model's over-arch has no nn.Linear (is it a LoRA-wrapped copy?)"

@@ -71,6 +71,9 @@ def test_merging_leaves_the_base_model_alone(seed):
     w_m = merged[1].over_arch.model[0].base.weight
     a, b, sc = s.adapters.lora_a[0][1], s.adapters.lora_b[0][1], float(s.adapters.scale[1])
     torch.testing.assert_close(w_m, w0 + sc * b @ a, atol=1e-6, rtol=1e-5)
+    assert list(over_arch_linears(s.model)) == ["over_arch.model.0", "over_arch.model.2", "over_arch.model.4"]
+    with pytest.raises(ValueError, match="LoRA-wrapped copy"):  # its linears sit inside LoRALinear
+        over_arch_linears(merged[1])
 
 
 def test_bad_inputs_raise_clear_errors(seed, monkeypatch):
