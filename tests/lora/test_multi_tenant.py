@@ -36,7 +36,8 @@ def test_a_mixed_batch_matches_one_merged_model_per_market(batch, seed):
     base = s.model(s.dense, s.sparse)
     with_adapter = s.adapter_ids >= 0
     moved = (got[with_adapter] - base[with_adapter]).abs().max()  # else the test could not fail
-    assert moved > 100 * TOL * want.abs().max(), "the adapters hardly change the logits"
+    if batch > 1:  # one request's logit may by chance hardly move (3 in 150 draws at batch 1)
+        assert moved > 100 * TOL * want.abs().max(), "the adapters hardly change the logits"
 
 
 def test_rows_without_an_adapter_are_the_base_models_bitwise(seed):
