@@ -33,21 +33,31 @@ Repeated ids (the same row in several bags of a batch: hot rows under Zipf) must
 two updates ``w -= lr·g1; w -= lr·g2`` happen to equal one for SGD, but not for Adagrad, and two programs
 updating the same row race. So: sort + segment reduce, deterministic.
 
-1. Host (torch, no sync): global row per entry (out-of-range entries get the sentinel ``R``), a *stable*
-   ``torch.sort`` → ``sorted_rows``, ``order``; ``run_end[i] = searchsorted(sorted_rows, sorted_rows[i],
-   right=True)``: where the run of equal rows that contains position ``i`` ends.
-2. Kernel: one program per sorted position. Only the first position of each run (the *leader*) works: it
-   sums the run's gradients in sorted (= stable, input) order in fp32 and applies the update to its row
-   once. Each touched row is read and written by exactly one program: no atomics, and the same bits every run.
+1. Keys (one small kernel, no sync): the global row of every entry, the sentinel ``R`` for an id outside its
+   table; int32 while ``R < 2³¹ − 1`` (a radix sort of 32-bit keys makes half the passes of 64-bit ones).
+   A *stable* ``torch.sort`` → ``sorted_rows``, ``order`` (the entry behind each sorted position).
+2. Block kernel: one program per block of ``BLOCK_P`` sorted positions (a ``[BLOCK_P, D]`` tile of about
+   2048 elements: 256 positions at D = 8, 128 at D = 16). It gathers each entry's upstream gradient, sums the
+   runs of equal rows inside the block with a segmented ``tl.associative_scan``, and updates every row whose
+   whole run lies in the block. A run that crosses the block's edge leaves a partial sum instead (at most
+   two per block: its first run, begun earlier; its last run, going on) and a flag.
+3. Cross-block kernel: for each block whose last run goes on, add the partial sums of the blocks that run
+   crosses, in block order, and update its row once.
+Every touched row is written by exactly one program: no atomics, and the same bits every run (the sum's
+order is fixed by the block layout, not by thread timing).
 
-Cost of that choice: a sort of nnz int64 keys (≈ 20–30 µs for 53k keys on an H100 through cub, an estimate
-to be measured), and a hot row's whole run is summed by one program serially (a Zipf head row seen 1000 times
-is 1000 sequential D-vector loads). The alternative, ``tl.atomic_add`` of each entry's gradient into a dense
-``[R, D]`` gradient (or into the weight, for SGD), needs no sort but is non-deterministic in float (arrival
-order) and cannot do Adagrad's per-row ``mean(g²)`` without a second pass over a dense buffer
-(2 GiB for the Kaggle tables).
-Bytes: read nnz·8 (sort keys, order) + nnz·D·s (gradient rows, gathered) + U·D·s (the U unique rows), write
-U·D·s (+ U·4 read and written for the Adagrad state).
+Why blocks and not one program per run: the Kaggle tables include tiny ones (3, 4, 10 rows), so a batch of
+2048 holds runs of hundreds of entries even under uniform ids, and a Zipf head row is seen hundreds of times.
+One program summing such a run serially is a chain of hundreds of dependent loads; the scan spreads it over
+a block's lanes, and a run longer than a block costs one partial per block it crosses. FBGEMM's TBE makes
+the same split: short runs a warp each, long runs a thread block each.
+
+Cost: a sort of nnz keys, plus nnz·8 of ``order`` read and the ids' pass to build the keys.
+The alternative, ``tl.atomic_add`` of each entry's gradient into a dense ``[R, D]`` gradient (or into the
+weight, for SGD), needs no sort but is non-deterministic in float (arrival order) and cannot do Adagrad's
+per-row ``mean(g²)`` without a second pass over a dense buffer (2 GiB for the Kaggle tables).
+Bytes: read nnz·(4 + 8) (keys, order) + nnz·D·s (gradient rows, gathered) + U·D·s (the U unique rows),
+write U·D·s (+ U·4 read and written for the Adagrad state).
 
 Out-of-range ids (``id < 0`` or ``id ≥ n_f``). ``check_ids=True`` (the default) checks once per call, outside
 the kernels: one fused torch reduction over the ids plus ONE device→host sync (``bool(bad.any())``,
@@ -72,6 +82,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.fast_launch import CachedLauncher
 from kernels.launch import cdiv, check_device, next_pow2
 
 __all__ = ["OPTIMIZERS", "POOLINGS", "TableBatchedEmbedding", "embedding_tbe", "table_offsets_for"]
@@ -79,6 +90,7 @@ __all__ = ["OPTIMIZERS", "POOLINGS", "TableBatchedEmbedding", "embedding_tbe", "
 OPTIMIZERS = ("sgd", "rowwise_adagrad")
 POOLINGS = ("sum", "mean")
 BLOCK_BAGS = 16  # bags per forward program: a [16, D] tile per gather step
+CROSS_HEADS = 32  # blocks per program of the cross-block update
 
 
 @triton.jit
@@ -121,44 +133,138 @@ def _tbe_fwd_kernel(
 
 
 @triton.jit
-def _tbe_bwd_update_kernel(
-    weight_ptr, state_ptr, lr_ptr, sorted_rows_ptr, run_end_ptr, order_ptr, bag_of_entry_ptr, offsets_ptr,
-    grad_ptr, num_rows, D, bag_size, eps, stride_w, stride_g,
-    FIXED_BAG: tl.constexpr, MEAN: tl.constexpr, ADAGRAD: tl.constexpr, BLOCK_D: tl.constexpr,
+def _tbe_rows_kernel(
+    flat_ptr, table_offsets_ptr, bag_of_entry_ptr, rows_ptr, nnz, F, bag_size, num_rows,
+    FIXED_BAG: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
-    # One program per sorted position i; only a run's leader (first position of a row) does the work.
-    i = tl.program_id(0)
-    row = tl.load(sorted_rows_ptr + i)
-    prev = tl.load(sorted_rows_ptr + i - 1, mask=i > 0, other=-1)
-    if (row != prev) & (row < num_rows):  # leader of a valid row (row == num_rows: out-of-range sentinel)
-        cols = tl.arange(0, BLOCK_D)
-        col_mask = cols < D
-        end = tl.load(run_end_ptr + i)
-        g = tl.zeros([BLOCK_D], dtype=tl.float32)
-        for j in range(i, end):  # the run, in stable-sort (input) order: the same sum every time
-            e = tl.load(order_ptr + j)  # entry index into the flat ids
-            if FIXED_BAG:
-                bag = e // bag_size
-            else:
-                bag = tl.load(bag_of_entry_ptr + e)
-            dout = tl.load(grad_ptr + bag * stride_g + cols, mask=col_mask, other=0.0).to(tl.float32)
-            if MEAN:
-                if FIXED_BAG:
-                    n = bag_size
-                else:
-                    n = tl.load(offsets_ptr + bag + 1) - tl.load(offsets_ptr + bag)
-                dout = dout / n  # n >= 1: this entry belongs to the bag (n may be a constexpr 1)
-            g += dout
-        lr = tl.load(lr_ptr)
-        w_ptrs = weight_ptr + row * stride_w + cols
-        w = tl.load(w_ptrs, mask=col_mask, other=0.0).to(tl.float32)
-        if ADAGRAD:
-            m = tl.load(state_ptr + row) + tl.sum(g * g, axis=0) / D  # masked lanes hold 0
-            tl.store(state_ptr + row, m)
-            w = w - lr * g / (tl.sqrt(m) + eps)
+    # The sort key of every entry: its global row, or the sentinel num_rows for an id outside its table.
+    e = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = e < nnz
+    ids = tl.load(flat_ptr + e, mask=mask, other=0)
+    if FIXED_BAG:
+        f = (e // bag_size) % F
+    else:
+        f = tl.load(bag_of_entry_ptr + e, mask=mask, other=0) % F
+    base = tl.load(table_offsets_ptr + f, mask=mask, other=0)
+    size = tl.load(table_offsets_ptr + f + 1, mask=mask, other=0) - base
+    row = tl.where((ids >= 0) & (ids < size), base + ids, num_rows)
+    tl.store(rows_ptr + e, row.to(rows_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _segmented_sum(a, a_starts, b, b_starts):
+    # Combine of a segmented scan: a run of equal rows restarts the sum where it starts.
+    return tl.where(b_starts, b, a + b), a_starts | b_starts
+
+
+@triton.jit
+def _apply_update(
+    weight_ptr, state_ptr, lr, row, g, mask, D, eps, stride_w, cols, col_mask, ADAGRAD: tl.constexpr
+):  # fmt: skip
+    # One optimizer update of the rows `row` [P] by their summed gradients g [P, BLOCK_D], where `mask`.
+    rows64 = row.to(tl.int64)
+    w_ptrs = weight_ptr + rows64[:, None] * stride_w + cols[None, :]
+    tile_mask = mask[:, None] & col_mask[None, :]
+    w = tl.load(w_ptrs, mask=tile_mask, other=0.0).to(tl.float32)
+    if ADAGRAD:
+        m = tl.load(state_ptr + rows64, mask=mask, other=0.0) + tl.sum(g * g, axis=1) / D  # masked lanes: 0
+        tl.store(state_ptr + rows64, m, mask=mask)
+        w = w - lr * g / (tl.sqrt(m) + eps)[:, None]
+    else:
+        w = w - lr * g
+    tl.store(w_ptrs, w.to(weight_ptr.dtype.element_ty), mask=tile_mask)
+
+
+HEAD, THROUGH = 1, 2  # a block's flags: its last run goes on into the next block; it is one run, going on
+
+
+@triton.jit
+def _tbe_block_update_kernel(
+    weight_ptr, state_ptr, lr_ptr, sorted_rows_ptr, order_ptr, bag_of_entry_ptr, offsets_ptr, grad_ptr,
+    partials_ptr, flags_ptr, nnz, num_rows, D, bag_size, eps, stride_w, stride_g,
+    FIXED_BAG: tl.constexpr, MEAN: tl.constexpr, ADAGRAD: tl.constexpr,
+    BLOCK_P: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    # Block b of BLOCK_P sorted positions: gather each entry's upstream gradient, sum every run of equal rows
+    # inside the block (a segmented scan), update the rows whose whole run lies here, and leave the two
+    # partial sums of runs that cross the block's edges (partials[b, 0]: the first run, begun in an earlier
+    # block; partials[b, 1]: the last run, begun here and going on) for the cross-block kernel.
+    b = tl.program_id(0)
+    p0 = b.to(tl.int64) * BLOCK_P
+    pos = p0 + tl.arange(0, BLOCK_P)
+    live = pos < nnz
+    last = tl.minimum(p0 + BLOCK_P, nnz) - 1
+    row = tl.load(sorted_rows_ptr + pos, mask=live, other=-1)
+    prev = tl.load(sorted_rows_ptr + pos - 1, mask=live & (pos > 0), other=-1)
+    nxt = tl.load(sorted_rows_ptr + pos + 1, mask=pos + 1 < nnz, other=-1)
+    # The block's edges, picked from the lanes and broadcast back (the interpreter refuses a scalar bool in a
+    # tensor's mask): its first row, the row before it, its last row, the row after it.
+    edge = tl.zeros_like(row)
+    first_row = edge + tl.sum(tl.where(pos == p0, row, 0), axis=0)
+    before = edge + tl.sum(tl.where(pos == p0, prev, 0), axis=0)
+    last_row = edge + tl.sum(tl.where(pos == last, row, 0), axis=0)
+    after = edge + tl.sum(tl.where(pos == last, nxt, 0), axis=0)
+    valid = live & (row < num_rows)  # num_rows: the out-of-range sentinel, sorted last, never updated
+
+    cols = tl.arange(0, BLOCK_D)
+    col_mask = cols < D
+    e = tl.load(order_ptr + pos, mask=valid, other=0)  # entry index into the flat ids
+    if FIXED_BAG:
+        bag = e // bag_size
+    else:
+        bag = tl.load(bag_of_entry_ptr + e, mask=valid, other=0)
+    tile_mask = valid[:, None] & col_mask[None, :]
+    v = tl.load(grad_ptr + bag[:, None] * stride_g + cols[None, :], mask=tile_mask, other=0.0).to(tl.float32)
+    if MEAN:
+        if FIXED_BAG:
+            v = v / bag_size
         else:
-            w = w - lr * g
-        tl.store(w_ptrs, w.to(weight_ptr.dtype.element_ty), mask=col_mask)
+            n = tl.load(offsets_ptr + bag + 1, mask=valid, other=1) - tl.load(offsets_ptr + bag, mask=valid)
+            v = v / tl.maximum(n, 1).to(tl.float32)[:, None]  # n >= 1 for an entry of the bag
+    starts = (pos == p0) | (row != prev)
+    sums, _ = tl.associative_scan((v, tl.broadcast_to(starts[:, None], v.shape)), 0, _segmented_sum)
+    ends = valid & ((pos == last) | (row != nxt))  # where each run's sum inside the block is complete
+    begun_before = (row == first_row) & (first_row == before)
+    goes_on = (row == last_row) & (last_row == after)
+
+    lr = tl.load(lr_ptr)
+    whole = ends & ~begun_before & ~goes_on
+    _apply_update(weight_ptr, state_ptr, lr, row, sums, whole, D, eps, stride_w, cols, col_mask, ADAGRAD)
+
+    slot = partials_ptr + b.to(tl.int64) * 2 * D + (edge[:, None] + cols[None, :])  # one lane writes each
+    tl.store(slot, sums, mask=(ends & begun_before)[:, None] & col_mask[None, :])
+    tl.store(slot + D, sums, mask=(ends & goes_on & ~begun_before)[:, None] & col_mask[None, :])
+    head = (last_row < num_rows) & (last_row == after) & ~((last_row == first_row) & (first_row == before))
+    through = (first_row == before) & (last_row == after) & (first_row == last_row)
+    flag = head.to(tl.int32) * HEAD + through.to(tl.int32) * THROUGH  # the same in every lane
+    tl.store(flags_ptr + b + tl.zeros_like(pos), flag, mask=pos == p0)
+
+
+@triton.jit
+def _tbe_cross_block_update_kernel(
+    weight_ptr, state_ptr, lr_ptr, sorted_rows_ptr, partials_ptr, flags_ptr,
+    nnz, num_blocks, D, eps, stride_w,
+    ADAGRAD: tl.constexpr, BLOCK_P: tl.constexpr, HEADS: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    # HEADS blocks per program. A block flagged HEAD starts a run that goes on into the next blocks: add the
+    # partial sums of the blocks it crosses, in block order (the same sum every run), and update its row.
+    blk = tl.program_id(0) * HEADS + tl.arange(0, HEADS)
+    head = (tl.load(flags_ptr + blk, mask=blk < num_blocks, other=0) & HEAD) != 0
+    row = tl.load(sorted_rows_ptr + tl.minimum((blk.to(tl.int64) + 1) * BLOCK_P, nnz) - 1, mask=head, other=0)
+    cols = tl.arange(0, BLOCK_D)
+    col_mask = cols < D
+    parts = partials_ptr + cols[None, :]
+    g = tl.load(
+        parts + (blk.to(tl.int64) * 2 + 1)[:, None] * D, mask=head[:, None] & col_mask[None, :], other=0.0
+    )
+    k = blk.to(tl.int64) + 1  # the run's next block: it exists, since the run goes on
+    on = head
+    while tl.max(on.to(tl.int32), axis=0) > 0:
+        g += tl.load(parts + (k * 2)[:, None] * D, mask=on[:, None] & col_mask[None, :], other=0.0)
+        on = on & ((tl.load(flags_ptr + k, mask=on, other=0) & THROUGH) != 0)
+        k += 1
+    lr = tl.load(lr_ptr)
+    _apply_update(weight_ptr, state_ptr, lr, row, g, head, D, eps, stride_w, cols, col_mask, ADAGRAD)
 
 
 def table_offsets_for(table_sizes: Sequence[int], device=None) -> torch.Tensor:
@@ -218,35 +324,56 @@ def _forward(weight, table_offsets, flat, offsets, B: int, bag_size: int, mean: 
     if num_bags == 0 or D == 0:
         return out
     fixed = offsets is None
-    _tbe_fwd_kernel[(cdiv(num_bags, BLOCK_BAGS),)](
-        weight, table_offsets, flat, flat if fixed else offsets, out,
-        num_bags, F, D, bag_size, weight.stride(0), D,
-        FIXED_BAG=fixed, MEAN=mean, BLOCK_BAGS=BLOCK_BAGS, BLOCK_D=next_pow2(D),
-        num_warps=1 if D <= 32 else 4,
-    )  # fmt: skip
+    args = (weight, table_offsets, flat, flat if fixed else offsets, out,
+            num_bags, F, D, bag_size, weight.stride(0), D)  # fmt: skip
+    constexprs = (("FIXED_BAG", fixed), ("MEAN", mean), ("BLOCK_BAGS", BLOCK_BAGS), ("BLOCK_D", next_pow2(D)))
+    _launch_fwd((cdiv(num_bags, BLOCK_BAGS),), args, constexprs, 1 if D <= 32 else 4, 3)
     return out
 
 
+def _segment_block(D: int) -> int:
+    """Sorted positions per block of the update kernel: a [BLOCK_P, BLOCK_D] tile of about 2048 elements."""
+    return max(16, min(128, 2048 // next_pow2(D)))
+
+
 def _backward_update(ctx, grad: torch.Tensor) -> None:
-    """Sort + segment-reduce the per-entry gradients and apply the optimizer to each touched row once."""
+    """Sort the entries by row, sum each run of equal rows, apply the optimizer to each touched row once."""
     weight, table_offsets, flat, offsets, state, lr = ctx.saved_tensors
     offsets = None if ctx.fixed else offsets
     nnz, F, D, R = flat.numel(), table_offsets.numel() - 1, weight.shape[1], weight.shape[0]
     if nnz == 0 or D == 0:
         return
     grad = grad.reshape(-1, D).contiguous()  # [B·F, D]: row k is bag k's upstream gradient
-    feature, bags = _feature_of_entry(flat, offsets, F, ctx.bag_size)
-    sizes = table_offsets[1:] - table_offsets[:-1]
-    valid = (flat >= 0) & (flat < sizes[feature])
-    rows = torch.where(valid, table_offsets[feature] + flat, R)  # R: the sentinel, sorts last, skipped
+    bags = None if ctx.fixed else _feature_of_entry(flat, offsets, F, ctx.bag_size)[1]
+    bag_size = max(ctx.bag_size, 1)
+    key_dtype = torch.int32 if R < 2**31 - 1 else torch.int64  # int32 keys: half the radix sort's passes
+    rows = torch.empty(nnz, dtype=key_dtype, device=flat.device)
+    bag_of_entry = flat if bags is None else bags
+    rows_args = (flat, table_offsets, bag_of_entry, rows, nnz, F, bag_size, R)
+    _launch_rows((cdiv(nnz, 1024),), rows_args, (("FIXED_BAG", ctx.fixed), ("BLOCK", 1024)), 4, 3)
     sorted_rows, order = torch.sort(rows, stable=True)
-    run_end = torch.searchsorted(sorted_rows, sorted_rows, right=True)
-    _tbe_bwd_update_kernel[(nnz,)](
-        weight, state if ctx.adagrad else weight, lr, sorted_rows, run_end, order,
-        flat if bags is None else bags, flat if offsets is None else offsets, grad,
-        R, D, max(ctx.bag_size, 1), ctx.eps, weight.stride(0), grad.stride(0),
-        FIXED_BAG=ctx.fixed, MEAN=ctx.mean, ADAGRAD=ctx.adagrad, BLOCK_D=next_pow2(D), num_warps=1,
-    )  # fmt: skip
+    block_p, block_d = _segment_block(D), next_pow2(D)
+    blocks = cdiv(nnz, block_p)
+    partials = torch.empty((blocks, 2, D), dtype=torch.float32, device=flat.device)
+    flags = torch.empty(blocks, dtype=torch.int32, device=flat.device)
+    state_or_weight = state if ctx.adagrad else weight
+    bag_ends = flat if offsets is None else offsets
+    sizes = (("BLOCK_P", block_p), ("BLOCK_D", block_d))
+    args = (weight, state_or_weight, lr, sorted_rows, order, bag_of_entry, bag_ends, grad, partials, flags,
+            nnz, R, D, bag_size, ctx.eps, weight.stride(0), grad.stride(0))  # fmt: skip
+    modes = (("FIXED_BAG", ctx.fixed), ("MEAN", ctx.mean), ("ADAGRAD", ctx.adagrad))
+    _launch_blocks((blocks,), args, (*modes, *sizes), 4, 3)
+    args = (weight, state_or_weight, lr, sorted_rows, partials, flags,
+            nnz, blocks, D, ctx.eps, weight.stride(0))  # fmt: skip
+    constexprs = (("ADAGRAD", ctx.adagrad), ("HEADS", CROSS_HEADS), *sizes)  # any order: named
+    _launch_cross((cdiv(blocks, CROSS_HEADS),), args, constexprs, 1, 3)
+
+
+# Launches cached per exact arguments (kernels.fast_launch): its doc has the host time saved per launch.
+_launch_fwd = CachedLauncher(_tbe_fwd_kernel)
+_launch_rows = CachedLauncher(_tbe_rows_kernel)
+_launch_blocks = CachedLauncher(_tbe_block_update_kernel)
+_launch_cross = CachedLauncher(_tbe_cross_block_update_kernel)
 
 
 class _TBEFunction(torch.autograd.Function):

@@ -39,6 +39,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.fast_launch import CachedLauncher
 from kernels.launch import cdiv, check_device, check_dtype, next_pow2
 
 __all__ = ["interaction_dot", "interaction_dot_output_dim"]
@@ -139,6 +140,14 @@ def _blocks(F: int, D: int) -> tuple[int, int]:
     return max(16, next_pow2(F)), max(16, next_pow2(D))
 
 
+def _constexprs(block_f: int, block_d: int) -> tuple:
+    return (("SAMPLES", SAMPLES), ("BLOCK_F", block_f), ("BLOCK_D", block_d))
+
+
+_launch_fwd = CachedLauncher(_interaction_dot_fwd_kernel)  # cached per shape: a few µs of host time, not ~50
+_launch_bwd = CachedLauncher(_interaction_dot_bwd_kernel)
+
+
 def _forward(dense: torch.Tensor, sparse: torch.Tensor) -> torch.Tensor:
     B, D = dense.shape
     F = sparse.shape[1] + 1
@@ -146,11 +155,21 @@ def _forward(dense: torch.Tensor, sparse: torch.Tensor) -> torch.Tensor:
     if B == 0:
         return out
     block_f, block_d = _blocks(F, D)
-    _interaction_dot_fwd_kernel[(cdiv(B, SAMPLES),)](
-        dense, sparse, out, B, F, D,
-        dense.stride(0), dense.stride(1), sparse.stride(0), sparse.stride(1), sparse.stride(2), out.stride(0),
-        SAMPLES=SAMPLES, BLOCK_F=block_f, BLOCK_D=block_d, num_warps=4,
-    )  # fmt: skip
+    args = (
+        dense,
+        sparse,
+        out,
+        B,
+        F,
+        D,
+        dense.stride(0),
+        dense.stride(1),
+        sparse.stride(0),
+        sparse.stride(1),
+        sparse.stride(2),
+        out.stride(0),
+    )
+    _launch_fwd((cdiv(B, SAMPLES),), args, _constexprs(block_f, block_d), 4, 3)  # fmt: skip
     return out
 
 
@@ -163,11 +182,23 @@ def _backward(grad: torch.Tensor, dense: torch.Tensor, sparse: torch.Tensor):
     if B == 0:
         return d_dense, d_sparse
     block_f, block_d = _blocks(F, D)
-    _interaction_dot_bwd_kernel[(cdiv(B, SAMPLES),)](
-        dense, sparse, grad, d_dense, d_sparse, B, F, D,
-        dense.stride(0), dense.stride(1), sparse.stride(0), sparse.stride(1), sparse.stride(2),
-        grad.stride(0), SAMPLES=SAMPLES, BLOCK_F=block_f, BLOCK_D=block_d, num_warps=4,
-    )  # fmt: skip
+    args = (
+        dense,
+        sparse,
+        grad,
+        d_dense,
+        d_sparse,
+        B,
+        F,
+        D,
+        dense.stride(0),
+        dense.stride(1),
+        sparse.stride(0),
+        sparse.stride(1),
+        sparse.stride(2),
+        grad.stride(0),
+    )
+    _launch_bwd((cdiv(B, SAMPLES),), args, _constexprs(block_f, block_d), 4, 3)  # fmt: skip
     return d_dense, d_sparse
 
 

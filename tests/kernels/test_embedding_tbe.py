@@ -126,17 +126,80 @@ def test_fixed_bags_mean_adagrad(seed, poison_empty):
 
 
 def test_hot_row_update_is_deterministic(seed):
-    """One row repeated across the whole batch: summed once, same bits every run."""
+    """Each table's row 0 in every sample: runs of 600 entries, longer than the update kernel's block of
+    sorted positions (256 at D = 6), so each is summed in pieces across blocks. Summed once, same bits every
+    run, and equal to the reference."""
     device = default_device()
-    ids = torch.zeros(40, len(SIZES), dtype=torch.long, device=device)
+    ids = torch.zeros(600, len(SIZES), dtype=torch.long, device=device)
     results = []
-    grad = torch.randn(40, len(SIZES), DIM, device=device)
+    grad = torch.randn(600, len(SIZES), DIM, device=device)
     for _ in range(2):
         torch.manual_seed(1)
         tbe = TableBatchedEmbedding(SIZES, DIM, optimizer="rowwise_adagrad", lr=0.1, device=device)
+        ref_w, ref_state = (
+            tbe.weight.clone().requires_grad_(),
+            torch.zeros(tbe.weight.shape[0], device=device),
+        )
         tbe(ids).backward(grad)
         results.append(tbe.weight.clone())
     assert torch.equal(results[0], results[1])
+    reference.embedding_tbe(ref_w, tbe.table_offsets, ids).backward(grad)
+    with torch.no_grad():
+        reference.rowwise_adagrad_step(ref_w, ref_state, ref_w.grad, 0.1, tbe.eps)
+    torch.testing.assert_close(results[0], ref_w.detach(), atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(tbe.momentum, ref_state, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("form", ["one-hot", "csr-mean"])
+@pytest.mark.parametrize("optimizer", ["sgd", "rowwise_adagrad"])
+def test_runs_across_update_blocks_match_reference(seed, poison_empty, form, optimizer):
+    """Thousands of entries: runs of equal rows start, end and pass through the update kernel's blocks of
+    sorted positions at random places (a 1-row and a 3-row table give runs of hundreds, the 700-row table
+    mostly single entries), and out-of-range ids (check_ids=False) sort last as a run of their own that
+    crosses blocks too: they pool to zeros and update nothing."""
+    device = default_device()
+    sizes, lr, eps, batch = [3, 1, 700, 2, 40], 0.2, 1e-6, 333
+    tbe = TableBatchedEmbedding(
+        sizes, DIM, optimizer=optimizer, lr=lr, eps=eps, check_ids=False, device=device,
+        pooling="sum" if form == "one-hot" else "mean",
+    )  # fmt: skip
+    ref_w = tbe.weight.clone().requires_grad_()
+    ref_state = torch.zeros(ref_w.shape[0], device=device)
+    for _ in range(2):
+        if form == "one-hot":
+            ids, offsets = _ids(batch, sizes, device), None
+            bad = torch.rand(ids.shape, device=device) < 0.1
+            ids_in_range = ids.clone()
+            ids[bad] = torch.tensor(sizes, device=device).expand_as(ids)[bad]  # one past the table's end
+            bad_bags = bad
+        else:
+            ids, offsets = _csr(batch, sizes, device)
+            bad = torch.rand(ids.shape, device=device) < 0.1
+            ids_in_range = ids.clone()
+            ids[bad] = -1
+            bag = torch.repeat_interleave(torch.arange(offsets.numel() - 1, device=device), offsets.diff())
+            bad_bags = torch.zeros(batch * len(sizes), dtype=torch.bool, device=device)
+            bad_bags[bag[bad]] = True
+            bad_bags = bad_bags.view(batch, len(sizes))
+        assert ids.numel() > 4 * 256, "several blocks of sorted positions"
+        out = tbe(ids, offsets)
+        grad = torch.randn_like(out)
+        grad[bad_bags] = 0.0  # the reference: the same entries in range, with no gradient through them
+        keep = ~bad if offsets is None else None
+        ref = reference.embedding_tbe(ref_w, tbe.table_offsets, ids_in_range, offsets, tbe.pooling)
+        if offsets is None:
+            assert torch.equal(out[bad], torch.zeros_like(out[bad])), "out-of-range ids pool to zeros"
+            torch.testing.assert_close(out[keep], ref[keep].detach(), atol=1e-6, rtol=1e-5)
+        out.backward(grad)
+        ref_w.grad = None
+        ref.backward(grad)
+        with torch.no_grad():
+            if optimizer == "sgd":
+                ref_w -= lr * ref_w.grad
+            else:
+                reference.rowwise_adagrad_step(ref_w, ref_state, ref_w.grad, lr, eps)
+                torch.testing.assert_close(tbe.momentum, ref_state, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(tbe.weight, ref_w.detach(), atol=1e-6, rtol=1e-5)
 
 
 @pytest.mark.parametrize("bad", [-1, "size"])
