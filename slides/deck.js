@@ -12,8 +12,11 @@
       const box = fig.querySelector(".code");
       const pre = box && box.querySelector("pre");
       if (!pre) return;
+      const style = getComputedStyle(box);  // the box's inside, less its padding: where the code must fit
+      const height = box.clientHeight - parseFloat(style.paddingTop) - parseFloat(style.paddingBottom);
+      const width = box.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
       let size = parseFloat(fig.style.fontSize) || 16;
-      while (size > 8 && (pre.scrollWidth > box.clientWidth || pre.scrollHeight > box.clientHeight)) {
+      while (size > 8 && (pre.scrollWidth > width || pre.scrollHeight > height)) {
         size -= 0.5;
         fig.style.fontSize = `${size}px`;
       }

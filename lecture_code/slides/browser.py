@@ -122,6 +122,10 @@ def check_deck(html_path: Path, shots_dir: Path, chromium: str | None = None) ->
                     .map((img) => img.getAttribute('src'));
                   const over = slides.map((s, i) => [i + 1, s]).filter(([, s]) =>
                     s.scrollHeight > s.clientHeight + 1 || s.scrollWidth > s.clientWidth + 1
+                    || Array.from(s.querySelectorAll('.code')).some((e) => {  // code clipped inside its box
+                      const pre = e.querySelector('pre');
+                      return pre && pre.getBoundingClientRect().bottom > e.getBoundingClientRect().bottom + 1;
+                    })
                     || Array.from(s.querySelectorAll('pre, table, img, ul, p')).some((e) => {
                       const r = e.getBoundingClientRect(), b = s.getBoundingClientRect();
                       return r.bottom > b.bottom - 30 + 1 || r.right > b.right + 1;  // 30 px: the footer

@@ -105,10 +105,15 @@ def test_the_deck_builds_renders_and_prints(tmp_path, chromium):
 def test_the_render_check_catches_a_missing_picture_and_an_overflowing_slide(tmp_path, chromium):
     deck = _tiny_deck(tmp_path)
     items = "\n".join(f"- item {i}" for i in range(40))
-    deck.write_text(f'# Broken\n---\n## a\n<img src="img/nowhere.png" alt="x">\n---\n## b\n{items}\n')
+    long = tmp_path / "long.py"  # too long to fit at the smallest font: clipped inside its box
+    long.write_text("def short():\n    return 1\n\n\ndef long():\n" + "    x = 1\n" * 200 + "    return x\n")
+    code = "::: code long.py short\n\n::: code long.py long\n"
+    deck.write_text(
+        f'# Broken\n---\n## a\n<img src="img/nowhere.png" alt="x">\n---\n## b\n{items}\n---\n## c\n{code}'
+    )
     built = render_deck(deck, tmp_path / "out", tmp_path)
     result = check_deck(built.html, tmp_path / "shots", chromium)
     assert result.missing_images == ["img/nowhere.png"]
-    assert result.overflowing == [3]
+    assert result.overflowing == [3, 4]
     # the slide whose only content is a broken picture is (nearly) blank: its screenshot says so too
     assert result.problems[2:] == ["slide-02.png is blank"]
