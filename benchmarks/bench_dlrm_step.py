@@ -137,7 +137,7 @@ def main(argv=None) -> list[dict]:
     bu.print_table(rows, COLUMNS)
     csv_path = bu.save(rows, "dlrm_step", "dlrm_step", meta, root=args.results_dir)
     png_path = csv_path.with_suffix(".png")
-    title = f"DLRM step, {preset} preset, batch {batch} · {meta['device']} · torch {meta['torch']}"
+    title = f"DLRM step, {preset} preset, batch {batch}\n{meta['device']} · torch {meta['torch']}"
     plot([r for r in rows if not r["error"]], png_path, f"{title} · {meta['date'][:10]}")
     print(f"saved {csv_path} and {png_path.name} in {time.monotonic() - start:.0f} s")
     return rows
