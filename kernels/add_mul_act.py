@@ -58,6 +58,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.fast_launch import CachedLauncher
 from kernels.launch import (
     REDUCE_CONFIGS,
     as_rows,
@@ -185,6 +186,7 @@ def _add_mul_act_bwd_kernel(
 _bwd_tuned = triton.autotune(autotune_configs(REDUCE_CONFIGS), key=["M", "N", "ACTIVATION"])(
     _add_mul_act_bwd_kernel
 )
+_launch_fwd = CachedLauncher(_add_mul_act_fwd_kernel)  # the forward's launch cached per shape (fast_launch)
 
 
 def _check(x: torch.Tensor, bias: torch.Tensor, y: torch.Tensor, alpha, activation: str) -> None:
@@ -213,11 +215,10 @@ def _forward(x: torch.Tensor, bias: torch.Tensor, y: torch.Tensor, alpha: float,
     if M == 0 or N == 0:
         return out
     block_m, block_n = pointwise_tile(M, N, sm_count(x.device))  # a rule, not autotuning: see bias_relu
-    _add_mul_act_fwd_kernel[(cdiv(M, block_m) * cdiv(N, block_n),)](
-        x2, bias, y2, o2, M, N, alpha,
-        x2.stride(0), x2.stride(1), bias.stride(0), y2.stride(0), y2.stride(1), o2.stride(0), o2.stride(1),
-        ACTIVATION=activation, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=4,
-    )  # fmt: skip
+    args = (x2, bias, y2, o2, M, N, float(alpha), x2.stride(0), x2.stride(1), bias.stride(0),
+            y2.stride(0), y2.stride(1), o2.stride(0), o2.stride(1))  # fmt: skip
+    constexprs = (("ACTIVATION", activation), ("BLOCK_M", block_m), ("BLOCK_N", block_n))
+    _launch_fwd((cdiv(M, block_m) * cdiv(N, block_n),), args, constexprs, 4, 3)
     return out
 
 

@@ -53,6 +53,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.fast_launch import CachedLauncher
 from kernels.launch import (
     REDUCE_CONFIGS,
     as_rows,
@@ -127,6 +128,7 @@ def _bias_relu_bwd_kernel(
 
 
 _bwd_tuned = triton.autotune(autotune_configs(REDUCE_CONFIGS), key=["M", "N"])(_bias_relu_bwd_kernel)
+_launch_fwd = CachedLauncher(_bias_relu_fwd_kernel)  # the forward's launch cached per shape (fast_launch)
 
 
 def _check(x: torch.Tensor, bias: torch.Tensor, out: torch.Tensor | None) -> None:
@@ -159,10 +161,9 @@ def _forward(x: torch.Tensor, bias: torch.Tensor, out: torch.Tensor | None) -> t
         return out
     # In place is safe with any tiling: each element is read, then written, by the same program.
     block_m, block_n = pointwise_tile(M, N, sm_count(x.device))
-    _bias_relu_fwd_kernel[(cdiv(M, block_m) * cdiv(N, block_n),)](
-        x2, bias, o2, M, N, x2.stride(0), x2.stride(1), bias.stride(0), o2.stride(0), o2.stride(1),
-        BLOCK_M=block_m, BLOCK_N=block_n, num_warps=4,
-    )  # fmt: skip
+    args = (x2, bias, o2, M, N, x2.stride(0), x2.stride(1), bias.stride(0), o2.stride(0), o2.stride(1))
+    grid = (cdiv(M, block_m) * cdiv(N, block_n),)
+    _launch_fwd(grid, args, (("BLOCK_M", block_m), ("BLOCK_N", block_n)), 4, 3)
     return out
 
 

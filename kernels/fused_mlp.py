@@ -73,6 +73,7 @@ import triton
 import triton.language as tl
 
 from kernels.configs import MlpConfig
+from kernels.fast_launch import CachedLauncher
 from kernels.launch import cdiv, check_device, check_dtype, next_pow2, sm_count
 from kernels.runtime import dot_upcast, interpreting
 
@@ -154,6 +155,9 @@ def _fused_mlp_fwd_kernel(
 
 def _pow2_at_least_16(n: int) -> int:
     return max(16, next_pow2(n))
+
+
+_launch_fwd = CachedLauncher(_fused_mlp_fwd_kernel)  # the launch cached per shape (kernels.fast_launch)
 
 
 def launch_params(
@@ -263,13 +267,11 @@ def fused_mlp(
         p = config.filled(p)
         if p.block_h < H:
             raise ValueError(f"fused_mlp: config.block_h={p.block_h} does not cover the hidden width H={H}")
-    _fused_mlp_fwd_kernel[(p.split * cdiv(M, p.block_m),)](
-        x2, w1, b1, w2, b2, out, M, K, H, N, p.split,
-        x2.stride(0), x2.stride(1), w1.stride(0), w1.stride(1), b1.stride(0), w2.stride(0), w2.stride(1),
-        b2.stride(0), out.stride(0), out.stride(1),
-        FINAL=final_activation, DOT_UPCAST=dot_upcast(x.dtype),
-        INPUT_PRECISION="tf32" if use_tf32 else "ieee",
-        BLOCK_M=p.block_m, BLOCK_H=p.block_h, BLOCK_N=p.block_n, BLOCK_K=p.block_k,
-        num_warps=p.num_warps, num_stages=p.num_stages,
-    )  # fmt: skip
+    args = (x2, w1, b1, w2, b2, out, M, K, H, N, p.split,
+            x2.stride(0), x2.stride(1), w1.stride(0), w1.stride(1), b1.stride(0), w2.stride(0), w2.stride(1),
+            b2.stride(0), out.stride(0), out.stride(1))  # fmt: skip
+    constexprs = (("FINAL", final_activation), ("DOT_UPCAST", dot_upcast(x.dtype)),
+                  ("INPUT_PRECISION", "tf32" if use_tf32 else "ieee"), ("BLOCK_M", p.block_m),
+                  ("BLOCK_H", p.block_h), ("BLOCK_N", p.block_n), ("BLOCK_K", p.block_k))  # fmt: skip
+    _launch_fwd((p.split * cdiv(M, p.block_m),), args, constexprs, p.num_warps, p.num_stages)
     return out.view(*x.shape[:-1], N)
