@@ -153,8 +153,9 @@ def _tbe_rows_kernel(
 
 @triton.jit
 def _segmented_sum(a, a_starts, b, b_starts):
-    # Combine of a segmented scan: a run of equal rows restarts the sum where it starts.
-    return tl.where(b_starts, b, a + b), a_starts | b_starts
+    # Combine of a segmented scan: a run of equal rows restarts the sum where it starts. The starts are int32
+    # flags: a scan over int1 is the less travelled path in Triton's lowering.
+    return tl.where(b_starts != 0, b, a + b), a_starts | b_starts
 
 
 @triton.jit
@@ -221,7 +222,7 @@ def _tbe_block_update_kernel(
         else:
             n = tl.load(offsets_ptr + bag + 1, mask=valid, other=1) - tl.load(offsets_ptr + bag, mask=valid)
             v = v / tl.maximum(n, 1).to(tl.float32)[:, None]  # n >= 1 for an entry of the bag
-    starts = (pos == p0) | (row != prev)
+    starts = ((pos == p0) | (row != prev)).to(tl.int32)
     sums, _ = tl.associative_scan((v, tl.broadcast_to(starts[:, None], v.shape)), 0, _segmented_sum)
     ends = valid & ((pos == last) | (row != nxt))  # where each run's sum inside the block is complete
     begun_before = (row == first_row) & (first_row == before)
