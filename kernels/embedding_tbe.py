@@ -176,7 +176,9 @@ def _apply_update(
     tl.store(w_ptrs, w.to(weight_ptr.dtype.element_ty), mask=tile_mask)
 
 
-HEAD, THROUGH = 1, 2  # a block's flags: its last run goes on into the next block; it is one run, going on
+# A block's flags: its last run goes on into the next block; it is one run, begun before and going on.
+# (tl.constexpr: a jitted kernel may read no other kind of global.)
+HEAD, THROUGH = tl.constexpr(1), tl.constexpr(2)
 
 
 @triton.jit
