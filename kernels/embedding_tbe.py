@@ -36,11 +36,12 @@ updating the same row race. So: sort + segment reduce, deterministic.
 1. Keys (one small kernel, no sync): the global row of every entry, the sentinel ``R`` for an id outside its
    table; int32 while ``R < 2³¹ − 1`` (a radix sort of 32-bit keys makes half the passes of 64-bit ones).
    A *stable* ``torch.sort`` → ``sorted_rows``, ``order`` (the entry behind each sorted position).
-2. Block kernel: one program per block of ``BLOCK_P`` sorted positions (a ``[BLOCK_P, D]`` tile of about
-   2048 elements: 256 positions at D = 8, 128 at D = 16). It gathers each entry's upstream gradient, sums the
-   runs of equal rows inside the block with a segmented ``tl.associative_scan``, and updates every row whose
-   whole run lies in the block. A run that crosses the block's edge leaves a partial sum instead (at most
-   two per block: its first run, begun earlier; its last run, going on) and a flag.
+2. Block kernel: one program per block of ``BLOCK_P`` sorted positions (64 up to D = 16). It gathers each
+   entry's upstream gradient into ``V [BLOCK_P, D]``, sums the runs of equal rows inside the block as one
+   small product ``S = M·V`` (``M[i, j] = 1`` where positions ``i`` and ``j`` hold the same row; fp32, no
+   TF32), and updates every row whose whole run lies in the block. A run that crosses the block's edge
+   leaves a partial sum instead (at most two per block: its first run, begun earlier; its last run, going
+   on) and a flag.
 3. Cross-block kernel: for each block whose last run goes on, add the partial sums of the blocks that run
    crosses, in block order, and update its row once.
 Every touched row is written by exactly one program: no atomics, and the same bits every run (the sum's
@@ -48,9 +49,9 @@ order is fixed by the block layout, not by thread timing).
 
 Why blocks and not one program per run: the Kaggle tables include tiny ones (3, 4, 10 rows), so a batch of
 2048 holds runs of hundreds of entries even under uniform ids, and a Zipf head row is seen hundreds of times.
-One program summing such a run serially is a chain of hundreds of dependent loads; the scan spreads it over
-a block's lanes, and a run longer than a block costs one partial per block it crosses. FBGEMM's TBE makes
-the same split: short runs a warp each, long runs a thread block each.
+One program summing such a run serially is a chain of hundreds of dependent loads; the block's product
+spreads it over the lanes, and a run longer than a block costs one partial per block it crosses. FBGEMM's
+TBE makes the same split: short runs a warp each, long runs a thread block each.
 
 Cost: a sort of nnz keys, plus nnz·8 of ``order`` read and the ids' pass to build the keys.
 The alternative, ``tl.atomic_add`` of each entry's gradient into a dense ``[R, D]`` gradient (or into the
@@ -152,13 +153,6 @@ def _tbe_rows_kernel(
 
 
 @triton.jit
-def _segmented_sum(a, a_starts, b, b_starts):
-    # Combine of a segmented scan: a run of equal rows restarts the sum where it starts. The starts are int32
-    # flags: a scan over int1 is the less travelled path in Triton's lowering.
-    return tl.where(b_starts != 0, b, a + b), a_starts | b_starts
-
-
-@triton.jit
 def _apply_update(
     weight_ptr, state_ptr, lr, row, g, mask, D, eps, stride_w, cols, col_mask, ADAGRAD: tl.constexpr
 ):  # fmt: skip
@@ -189,7 +183,7 @@ def _tbe_block_update_kernel(
     BLOCK_P: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
     # Block b of BLOCK_P sorted positions: gather each entry's upstream gradient, sum every run of equal rows
-    # inside the block (a segmented scan), update the rows whose whole run lies here, and leave the two
+    # inside the block (a 0/1 matrix product), update the rows whose whole run lies here, and leave the two
     # partial sums of runs that cross the block's edges (partials[b, 0]: the first run, begun in an earlier
     # block; partials[b, 1]: the last run, begun here and going on) for the cross-block kernel.
     b = tl.program_id(0)
@@ -224,9 +218,12 @@ def _tbe_block_update_kernel(
         else:
             n = tl.load(offsets_ptr + bag + 1, mask=valid, other=1) - tl.load(offsets_ptr + bag, mask=valid)
             v = v / tl.maximum(n, 1).to(tl.float32)[:, None]  # n >= 1 for an entry of the bag
-    starts = ((pos == p0) | (row != prev)).to(tl.int32)
-    sums, _ = tl.associative_scan((v, tl.broadcast_to(starts[:, None], v.shape)), 0, _segmented_sum)
-    ends = valid & ((pos == last) | (row != nxt))  # where each run's sum inside the block is complete
+    # Each run's sum inside the block, at every position of the run: S = M·V with M[i, j] = 1 where positions
+    # i and j hold the same row. A 0/1 matrix times fp32 values in fp32 ("ieee": no TF32 rounding of V), a
+    # fixed summation order, and a tl.dot the interpreter runs as one matmul (a scan runs element by element).
+    same_run = (row[:, None] == row[None, :]).to(tl.float32)
+    sums = tl.dot(same_run, v, input_precision="ieee")
+    ends = valid & ((pos == last) | (row != nxt))  # one position per run: where its update is applied
     begun_before = (row == first_row) & (first_row == before)
     goes_on = (row == last_row) & (last_row == after)
 
@@ -335,8 +332,8 @@ def _forward(weight, table_offsets, flat, offsets, B: int, bag_size: int, mean: 
 
 
 def _segment_block(D: int) -> int:
-    """Sorted positions per block of the update kernel: a [BLOCK_P, BLOCK_D] tile of about 2048 elements."""
-    return max(16, min(128, 2048 // next_pow2(D)))
+    """Sorted positions per block of the update kernel: 64 (a [64, 64] run mask) down to 16 for wide rows."""
+    return max(16, min(64, 1024 // next_pow2(D)))
 
 
 def _backward_update(ctx, grad: torch.Tensor) -> None:
@@ -355,7 +352,7 @@ def _backward_update(ctx, grad: torch.Tensor) -> None:
     rows_args = (flat, table_offsets, bag_of_entry, rows, nnz, F, bag_size, R)
     _launch_rows((cdiv(nnz, 1024),), rows_args, (("FIXED_BAG", ctx.fixed), ("BLOCK", 1024)), 4, 3)
     sorted_rows, order = torch.sort(rows, stable=True)
-    block_p, block_d = _segment_block(D), next_pow2(D)
+    block_p, block_d = _segment_block(D), max(16, next_pow2(D))  # tl.dot: every tile dimension >= 16
     blocks = cdiv(nnz, block_p)
     partials = torch.empty((blocks, 2, D), dtype=torch.float32, device=flat.device)
     flags = torch.empty(blocks, dtype=torch.int32, device=flat.device)
