@@ -51,7 +51,8 @@ Why blocks and not one program per run: the Kaggle tables include tiny ones (3, 
 2048 holds runs of hundreds of entries even under uniform ids, and a Zipf head row is seen hundreds of times.
 One program summing such a run serially is a chain of hundreds of dependent loads; the block's product
 spreads it over the lanes, and a run longer than a block costs one partial per block it crosses. FBGEMM's
-TBE makes the same split: short runs a warp each, long runs a thread block each.
+TBE backward splits runs by length too (``find_long_segments``, then its ``cta_per_row`` kernels for the
+long runs and ``warp_per_row`` for the rest).
 
 Cost: a sort of nnz keys, plus nnz·8 of ``order`` read and the ids' pass to build the keys.
 The alternative, ``tl.atomic_add`` of each entry's gradient into a dense ``[R, D]`` gradient (or into the
