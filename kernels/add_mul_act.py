@@ -58,7 +58,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.fast_launch import CachedLauncher
+from kernels.fast_launch import CachedLauncher, TunedLauncher
 from kernels.launch import (
     REDUCE_CONFIGS,
     as_rows,
@@ -186,7 +186,8 @@ def _add_mul_act_bwd_kernel(
 _bwd_tuned = triton.autotune(autotune_configs(REDUCE_CONFIGS), key=["M", "N", "ACTIVATION"])(
     _add_mul_act_bwd_kernel
 )
-_launch_fwd = CachedLauncher(_add_mul_act_fwd_kernel)  # the forward's launch cached per shape (fast_launch)
+_launch_fwd = CachedLauncher(_add_mul_act_fwd_kernel)  # launches cached per shape (kernels.fast_launch)
+_launch_bwd = TunedLauncher(_bwd_tuned)
 
 
 def _check(x: torch.Tensor, bias: torch.Tensor, y: torch.Tensor, alpha, activation: str) -> None:
@@ -233,12 +234,10 @@ def _backward(grad, x, bias, y, alpha: float, activation: str):
         return grad_x.view(x.shape), torch.zeros_like(bias), grad_y.view(x.shape)
     G, rows_per_group = row_groups(M)
     partial = torch.empty((G, N), device=x.device, dtype=torch.float32)
-    grid = lambda meta: (cdiv(N, meta["BLOCK_N"]), G)
-    _bwd_tuned[grid](
-        g2, x2, bias, y2, grad_x, grad_y, partial, M, N, alpha, rows_per_group,
-        g2.stride(0), g2.stride(1), x2.stride(0), x2.stride(1), bias.stride(0), y2.stride(0), y2.stride(1),
-        ACTIVATION=activation,
-    )  # fmt: skip
+    args = (g2, x2, bias, y2, grad_x, grad_y, partial, M, N, float(alpha), rows_per_group, g2.stride(0),
+            g2.stride(1), x2.stride(0), x2.stride(1), bias.stride(0), y2.stride(0), y2.stride(1))  # fmt: skip
+    grid_of = lambda meta: (cdiv(N, meta["BLOCK_N"]), G)  # noqa: E731
+    _launch_bwd((M, N, activation, x.dtype), grid_of, args, (("ACTIVATION", activation),))
     return grad_x.view(x.shape), reduce_partials(partial, bias.dtype), grad_y.view(x.shape)
 
 

@@ -53,7 +53,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.fast_launch import CachedLauncher
+from kernels.fast_launch import CachedLauncher, TunedLauncher
 from kernels.launch import (
     REDUCE_CONFIGS,
     as_rows,
@@ -128,7 +128,8 @@ def _bias_relu_bwd_kernel(
 
 
 _bwd_tuned = triton.autotune(autotune_configs(REDUCE_CONFIGS), key=["M", "N"])(_bias_relu_bwd_kernel)
-_launch_fwd = CachedLauncher(_bias_relu_fwd_kernel)  # the forward's launch cached per shape (fast_launch)
+_launch_fwd = CachedLauncher(_bias_relu_fwd_kernel)  # launches cached per shape (kernels.fast_launch)
+_launch_bwd = TunedLauncher(_bwd_tuned)
 
 
 def _check(x: torch.Tensor, bias: torch.Tensor, out: torch.Tensor | None) -> None:
@@ -177,11 +178,9 @@ def _backward(grad: torch.Tensor, out: torch.Tensor) -> tuple[torch.Tensor, torc
         return grad_x.view(out.shape), torch.zeros(N, device=out.device, dtype=out.dtype)
     G, rows_per_group = row_groups(M)
     partial = torch.empty((G, N), device=out.device, dtype=torch.float32)
-    grid = lambda meta: (cdiv(N, meta["BLOCK_N"]), G)
-    _bwd_tuned[grid](
-        g2, o2, grad_x, partial, M, N, rows_per_group,
-        g2.stride(0), g2.stride(1), o2.stride(0), o2.stride(1), grad_x.stride(0), grad_x.stride(1),
-    )  # fmt: skip
+    args = (g2, o2, grad_x, partial, M, N, rows_per_group, g2.stride(0), g2.stride(1),
+            o2.stride(0), o2.stride(1), grad_x.stride(0), grad_x.stride(1))  # fmt: skip
+    _launch_bwd((M, N, out.dtype), lambda meta: (cdiv(N, meta["BLOCK_N"]), G), args)
     return grad_x.view(out.shape), reduce_partials(partial, out.dtype)
 
 

@@ -28,7 +28,7 @@ import triton
 
 from kernels.runtime import interpreting
 
-__all__ = ["DIRECT", "CachedLauncher", "ensure_allocator"]
+__all__ = ["DIRECT", "CachedLauncher", "TunedLauncher", "ensure_allocator"]
 
 
 def _version(text: str) -> tuple[int, int]:
@@ -82,6 +82,36 @@ class CachedLauncher:
 
     def clear(self) -> None:
         self._runners.clear()
+
+
+class TunedLauncher:
+    """An autotuned kernel's launches: ``triton.autotune`` picks the config on the first call per ``key``,
+    every later call launches that config through a :class:`CachedLauncher` of the kernel under it.
+
+    ``launcher(key, grid_of, args, constexprs)`` ≡ ``autotuner[grid_of](*args, **dict(constexprs))``, where
+    ``key`` holds what the autotuner keys on (its key arguments and the tensors' dtypes) and ``grid_of(meta)``
+    is the grid for a config's meta-parameters. Skipped after the first call: the autotuner's own dispatch
+    (its key, its config lookup) and ``JITFunction.run``. Under the interpreter: always the autotuner.
+    """
+
+    def __init__(self, autotuner):
+        self.autotuner = autotuner
+        self.launch = CachedLauncher(autotuner.fn)
+        self._chosen: dict[tuple, triton.Config] = {}
+
+    def __call__(self, key: tuple, grid_of, args: tuple, constexprs: tuple = ()) -> None:
+        config = self._chosen.get(key) if self.launch.enabled else None
+        if config is None:
+            self.autotuner[grid_of](*args, **dict(constexprs))
+            if self.launch.enabled:
+                self._chosen[key] = self.autotuner.best_config  # the config it just tuned or looked up
+            return
+        meta = {**dict(constexprs), **config.kwargs}
+        self.launch(grid_of(meta), args, tuple(sorted(meta.items())), config.num_warps, config.num_stages)
+
+    def clear(self) -> None:
+        self._chosen.clear()
+        self.launch.clear()
 
 
 def _scratch(size: int, align: int, stream) -> torch.Tensor:

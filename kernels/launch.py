@@ -22,6 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.fast_launch import CachedLauncher
 from kernels.runtime import interpreting
 
 __all__ = [
@@ -169,5 +170,10 @@ def reduce_partials(partial: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     G, N = partial.shape
     out = torch.empty(N, device=partial.device, dtype=dtype)
     block_n = 256
-    _column_sum_kernel[(cdiv(N, block_n),)](partial, out, G, N, BLOCK_G=32, BLOCK_N=block_n)
+    _launch_column_sum(
+        (cdiv(N, block_n),), (partial, out, G, N), (("BLOCK_G", 32), ("BLOCK_N", block_n)), 4, 3
+    )
     return out
+
+
+_launch_column_sum = CachedLauncher(_column_sum_kernel)  # cached per shape (kernels.fast_launch)

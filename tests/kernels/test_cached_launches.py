@@ -2,7 +2,8 @@
 
 GPU only: under the interpreter every call takes the normal path (``CachedLauncher.enabled`` is False), which
 is asserted here so a CPU run states it. On a GPU each op runs with its launchers off (``kernel[grid](...)``),
-then on twice (the first call fills the table, the second is a hit), and every launcher must hold an entry:
+then on three times (a tuned launcher learns the autotuner's config on the first, fills its table on the
+second, hits it on the third), and every launcher must hold an entry:
 a constexpr left out of its ``constexprs`` would silently never cache.
 """
 
@@ -16,11 +17,13 @@ import kernels.bias_relu as bias_relu_module
 import kernels.embedding_tbe as tbe_module
 import kernels.fused_mlp as fused_mlp_module
 import kernels.interaction_dot as interaction_module
+import kernels.launch as launch_module
 from kernels import runtime
 
+REDUCE = launch_module._launch_column_sum  # the second stage of the bias gradient
 LAUNCHERS = {
-    "bias_relu": [bias_relu_module._launch_fwd],
-    "add_mul_act": [add_mul_act_module._launch_fwd],
+    "bias_relu": [bias_relu_module._launch_fwd, bias_relu_module._launch_bwd, REDUCE],
+    "add_mul_act": [add_mul_act_module._launch_fwd, add_mul_act_module._launch_bwd, REDUCE],
     "fused_mlp": [fused_mlp_module._launch_fwd],
     "interaction_dot": [interaction_module._launch_fwd, interaction_module._launch_bwd],
     "embedding_tbe": [
@@ -63,26 +66,32 @@ def _run(name: str, device) -> list[torch.Tensor]:
 @pytest.mark.parametrize("name", list(LAUNCHERS))
 def test_the_interpreter_takes_the_normal_launch(name):
     _run(name, torch.device("cpu"))
-    for launcher in LAUNCHERS[name]:
+    for launcher in map(_cached, LAUNCHERS[name]):
         assert not launcher.enabled and not launcher._runners
+
+
+def _cached(launcher):
+    """The CachedLauncher itself, or the one under a TunedLauncher."""
+    return getattr(launcher, "launch", launcher)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", list(LAUNCHERS))
 def test_cached_launch_gives_the_same_bits_and_caches(name):
     device = torch.device("cuda")
+    launchers = [_cached(launcher) for launcher in LAUNCHERS[name]]
     for launcher in LAUNCHERS[name]:
         launcher.clear()
     results = []
     try:
-        for enabled in (False, True, True):
-            for launcher in LAUNCHERS[name]:
+        for enabled in (False, True, True, True):  # a tuned launcher caches on its second enabled call
+            for launcher in launchers:
                 launcher.enabled = enabled
             results.append(_run(name, device))
     finally:
-        for launcher in LAUNCHERS[name]:
+        for launcher in launchers:
             launcher.enabled = True
-    for launcher in LAUNCHERS[name]:
+    for launcher in launchers:
         assert launcher._runners, f"{launcher.fn} never cached a launch: a constexpr missing from its call?"
     for got in results[1:]:
         for g, want in zip(got, results[0], strict=True):
