@@ -15,8 +15,9 @@ global variables did not change (the kernels here read none).
 
 The one version-dependent piece is :data:`DIRECT`: ``JITFunction.run`` returns the ``CompiledKernel`` and
 ``CompiledKernel[grid](*all_args)`` launches it with every argument in signature order, constexprs
-included (triton 3.6 to 3.9 alike). Where that does not hold (an older or newer Triton, the interpreter,
-where ``run`` returns nothing), every call takes the normal path.
+included (triton 3.6 to 3.9 alike), and an ``Autotuner`` keeps the config its last ``run`` used in
+``best_config`` (read by :class:`TunedLauncher`). Where that does not hold (an older or newer Triton, the
+interpreter, where ``run`` returns nothing), every call takes the normal path.
 """
 
 from __future__ import annotations
