@@ -32,6 +32,11 @@ LAUNCHERS = {
 }  # fmt: skip
 
 
+def _cached(launcher):
+    """The CachedLauncher itself, or the one under a TunedLauncher."""
+    return getattr(launcher, "launch", launcher)
+
+
 def _run(name: str, device) -> list[torch.Tensor]:
     """One call of the op (forward, and backward where it has one) on fixed inputs → every result."""
     g = torch.Generator(device="cpu").manual_seed(5)
@@ -68,11 +73,6 @@ def test_the_interpreter_takes_the_normal_launch(name):
     _run(name, torch.device("cpu"))
     for launcher in map(_cached, LAUNCHERS[name]):
         assert not launcher.enabled and not launcher._runners
-
-
-def _cached(launcher):
-    """The CachedLauncher itself, or the one under a TunedLauncher."""
-    return getattr(launcher, "launch", launcher)
 
 
 @pytest.mark.gpu
