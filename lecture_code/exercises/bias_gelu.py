@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from kernels import reference
-from lecture_code.exercises.checker import Report, compare, run_cases
+from lecture_code.exercises.checker import Report, compare, memory_problems, run_cases
 from lecture_code.exercises.guards import guarded_copy, guarded_output
 
 __all__ = ["CASES", "TOLERANCES", "check_bias_gelu"]
@@ -60,12 +60,10 @@ def _problems(fn: Callable, case: Case, seed: int, device: torch.device) -> list
         fn(gx.tensor, gb.tensor, out.tensor)
     except Exception as err:  # noqa: BLE001 — the learner's code: report, do not stop the notebook
         return [f"raised {type(err).__name__}: {err}"]
-    problems = []
-    past = out.written_past_end()
-    if past:
-        problems.append(f"wrote {past} element(s) past the end of out: is the tail of the last block masked?")
-    if not torch.equal(gx.tensor.cpu(), x) or not torch.equal(gb.tensor.cpu(), bias):
-        problems.append("changed an input (x or bias): store into out only")
+    problems = memory_problems(
+        out, "out", "is the tail of the last block masked?", [(gx, x), (gb, bias)], "x or bias",
+        "store into out only",
+    )  # fmt: skip
     atol, rtol = TOLERANCES[case.dtype]
     nan_hint = " (out starts as NaN: never written, or computed as NaN)"
     return problems + compare("out", out.tensor, want.to(device), atol, rtol, nan_hint)

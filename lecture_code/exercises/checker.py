@@ -6,7 +6,8 @@ dtype → a NaN where the reference has a number (its first index) → the first
 with its index, the expected and the got value and how many elements are wrong. A :class:`Report` gathers
 one line per case; it never raises for a wrong answer, so a notebook cell that checks a wrong attempt still
 runs to the end. :func:`run_cases` runs an exercise's cases into a report; :func:`returned_in_place` judges
-what an in-place function returned. The exercise modules (``bias_gelu``, ``lora_da``, …) build on these.
+what an in-place function returned; :func:`memory_problems` what it did to memory it should not touch.
+The exercise modules (``bias_gelu``, ``lora_da``, …) build on these.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from dataclasses import dataclass, field
 import torch
 
 from kernels import runtime
+from lecture_code.exercises.guards import Guarded
 
-__all__ = ["Report", "compare", "first_index", "returned_in_place", "run_cases"]
+__all__ = ["Report", "compare", "first_index", "memory_problems", "returned_in_place", "run_cases"]
 
 
 def first_index(mask: torch.Tensor) -> tuple[int, ...]:
@@ -123,3 +125,22 @@ def run_cases(
     if verbose:
         print(report)
     return report
+
+
+def memory_problems(
+    written: Guarded,
+    name: str,
+    past_hint: str,
+    inputs: Sequence[tuple[Guarded, torch.Tensor]],
+    input_names: str,
+    store_hint: str,
+) -> list[str]:
+    """Writes past the end of ``written`` (the tensor the learner's code writes, called ``name``), and any
+    guarded input that no longer equals its original: one problem line each, with the hint to fix it."""
+    problems = []
+    past = written.written_past_end()
+    if past:
+        problems.append(f"wrote {past} element(s) past the end of {name}: {past_hint}")
+    if not all(torch.equal(g.tensor.cpu(), original) for g, original in inputs):
+        problems.append(f"changed an input ({input_names}): {store_hint}")
+    return problems

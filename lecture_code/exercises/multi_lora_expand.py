@@ -31,7 +31,14 @@ from dataclasses import dataclass
 import torch
 
 from kernels import reference
-from lecture_code.exercises.checker import Report, compare, first_index, returned_in_place, run_cases
+from lecture_code.exercises.checker import (
+    Report,
+    compare,
+    first_index,
+    memory_problems,
+    returned_in_place,
+    run_cases,
+)
 from lecture_code.exercises.guards import SENTINEL, guarded_copy
 
 __all__ = ["CASES", "TOLERANCES", "check_multi_lora_expand", "reference_expand"]
@@ -115,16 +122,10 @@ def _problems(fn: Callable, case: Case, seed: int, device: torch.device) -> list
         ret = fn(y, gt.tensor, gb.tensor[1:], gi.tensor)
     except Exception as err:  # noqa: BLE001 — the learner's code: report, do not stop the notebook
         return [f"raised {type(err).__name__}: {err}"]
-    problems = []
-    past = gy.written_past_end()
-    if past:
-        problems.append(
-            f"wrote {past} element(s) past the end of y: "
-            "is the tail of the last column block masked (cols < N)?"
-        )
-    inputs = (gt.tensor.cpu(), gb.tensor.cpu(), gi.tensor.cpu())
-    if not all(torch.equal(a, e) for a, e in zip(inputs, (t, torch.cat([before, b]), ids), strict=True)):
-        problems.append("changed an input (t, lora_b or adapter_ids): add into y only")
+    problems = memory_problems(
+        gy, "y", "is the tail of the last column block masked (cols < N)?",
+        [(gt, t), (gb, torch.cat([before, b])), (gi, ids)], "t, lora_b or adapter_ids", "add into y only",
+    )  # fmt: skip
     problems += returned_in_place(
         ret, y, "y", "adding into it", "add into y in place (y[i] += …) and return y"
     )

@@ -28,7 +28,14 @@ from dataclasses import dataclass
 
 import torch
 
-from lecture_code.exercises.checker import Report, compare, first_index, returned_in_place, run_cases
+from lecture_code.exercises.checker import (
+    Report,
+    compare,
+    first_index,
+    memory_problems,
+    returned_in_place,
+    run_cases,
+)
 from lecture_code.exercises.guards import guarded_copy
 
 __all__ = ["CASES", "TOLERANCES", "check_sgd_rows", "reference_sgd_rows"]
@@ -93,12 +100,10 @@ def _problems(fn: Callable, case: Case, seed: int, device: torch.device) -> list
         ret = fn(weight, gi.tensor, gg.tensor, LR)
     except Exception as err:  # noqa: BLE001 — the learner's code: report, do not stop the notebook
         return [f"raised {type(err).__name__}: {err}"]
-    problems = []
-    past = gw.written_past_end()
-    if past:
-        problems.append(f"wrote {past} element(s) past the end of weight: are the row indices in range?")
-    if not (torch.equal(gi.tensor.cpu(), ids) and torch.equal(gg.tensor.cpu(), grad)):
-        problems.append("changed an input (ids or grad): update weight only")
+    problems = memory_problems(
+        gw, "weight", "are the row indices in range?", [(gi, ids), (gg, grad)], "ids or grad",
+        "update weight only",
+    )  # fmt: skip
     problems += returned_in_place(
         ret, weight, "weight", "updating it", "update weight in place and return it"
     )
