@@ -15,6 +15,10 @@ order the lecture applies them (each a named builder, validated against eager in
   interaction (:mod:`lecture_code.model.fused`).
 - ``fused, CUDA graph`` and ``fused + compiled MLPs, CUDA graph``: replayed from one graph; the last also
   runs the two MLPs through ``torch.compile`` (the choice :mod:`lecture_code.model.fused` leaves eager).
+- ``fused + compiled MLPs, TF32, CUDA graph``: the same, its MLP matmuls on TF32 tensor cores (built and
+  captured under ``torch.set_float32_matmul_precision("high")``, restored after): not a fusion but a precision
+  change (a 10-bit mantissa for the products, fp32 sums), the setting most fp32 training runs on a GPU use.
+  Every other row keeps torch's default, ``"highest"`` (fp32 FMA matmuls).
 
 :func:`measure` times them interleaved (:func:`~lecture_code.perf.step_timing.time_interleaved`: wall time
 per step in a loop that never syncs, its spread over repeats) and, separately, GPU time and host time of one
@@ -24,9 +28,10 @@ measure only the GPU's work, and the host's clock only the host's (CUDA graph: o
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -57,9 +62,10 @@ IMPLEMENTATIONS = (
     "fused",
     "fused, CUDA graph",
     "fused + compiled MLPs, CUDA graph",
+    "fused + compiled MLPs, TF32, CUDA graph",
 )
 GPU_ONLY = {name for name in IMPLEMENTATIONS if "CUDA graph" in name}
-COMPILES = {"compile, dense grads", "fused + compiled MLPs, CUDA graph"}
+COMPILES = {name for name in IMPLEMENTATIONS if "compile" in name}
 
 
 class _GatherIndexAddSGD(torch.autograd.Function):
@@ -123,8 +129,25 @@ def _model(name: str, config: DLRMConfig, device: torch.device, lr: float) -> DL
         return model
 
 
+@contextlib.contextmanager
+def _matmul_precision(precision: str) -> Iterator[None]:
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(precision)
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
 def build_step(name: str, config: DLRMConfig, device: torch.device, example: Batch, lr: float = 0.1):
     """``(train_step, model)`` of implementation ``name`` (one of :data:`IMPLEMENTATIONS`)."""
+    if "TF32" in name:  # the graph records the kernels chosen at capture: the setting is needed only here
+        with _matmul_precision("high"):
+            return _build_step(name, config, device, example, lr)
+    return _build_step(name, config, device, example, lr)
+
+
+def _build_step(name: str, config: DLRMConfig, device: torch.device, example: Batch, lr: float):
     if name not in IMPLEMENTATIONS:
         raise ValueError(f"unknown implementation {name!r}; choose from {IMPLEMENTATIONS}")
     if name in GPU_ONLY and device.type != "cuda":
@@ -136,7 +159,7 @@ def build_step(name: str, config: DLRMConfig, device: torch.device, example: Bat
         opts = (torch.optim.SGD(model.dense_parameters(), lr=lr), None)
     else:
         opts = make_optimizers(model, "sgd", lr)
-    if name == "fused + compiled MLPs, CUDA graph":
+    if "compiled MLPs" in name:
         model.dense_arch.compile()
         model.over_arch.compile()
     if "CUDA graph" in name:

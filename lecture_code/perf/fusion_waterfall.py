@@ -35,6 +35,7 @@ STEPS: dict[str, str] = {
     "fused": "our kernels: table-batched embedding with SGD in its backward, fused dot interaction",
     "fused, CUDA graph": "the fused step captured once, replayed",
     "fused + compiled MLPs, CUDA graph": "and the two MLPs through torch.compile, inside the graph",
+    "fused + compiled MLPs, TF32, CUDA graph": "and the MLP matmuls on TF32 tensor cores: a precision change",
 }
 """Each implementation of :data:`~lecture_code.perf.dlrm_step.IMPLEMENTATIONS`, in the lecture's order, with
 what it changes over the step before it."""
@@ -141,6 +142,12 @@ def waterfall_sentences(rows: Sequence[dict], on_gpu: bool, kaggle_batch_2048: b
             "only show that the code runs; the ranking on a GPU is the GPU run's."
         )
     elif kaggle_batch_2048:
-        verdict = "meets" if best["ms_per_step"] <= GOAL_MS else "misses"
-        out.append(f"Issue 9's goal is ≤ {GOAL_MS} ms per step here: the fastest step {verdict} it.")
+        out.append(f"Issue 9's goal is ≤ {GOAL_MS} ms per step here.")
+        for label, chosen in (("at fp32", [r for r in rows if "TF32" not in r["implementation"]]),
+                              ("with TF32", [r for r in rows if "TF32" in r["implementation"]])):  # fmt: skip
+            if chosen:
+                r = min(chosen, key=lambda r: r["ms_per_step"])
+                verdict = "meets" if r["ms_per_step"] <= GOAL_MS else "misses"
+                out.append(f"The fastest step {label}, {r['implementation']!r} ({r['ms_per_step']:.3g} ms), "
+                           f"{verdict} it.")  # fmt: skip
     return out

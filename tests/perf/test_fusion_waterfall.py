@@ -56,7 +56,20 @@ def test_sentences_say_what_the_numbers_say():
     assert "largest step beyond the spread of the repeats: 'fused, CUDA graph', ×10.17" in text
     assert "slower than the step above" not in text
     assert "the GPU's work sets the pace" in text
-    assert f"≤ {GOAL_MS} ms per step here: the fastest step meets it" in text
+    assert f"≤ {GOAL_MS} ms per step here." in text
+    assert "The fastest step at fp32, 'fused, CUDA graph' (0.3 ms), meets it" in text
+    assert "with TF32" not in text  # no TF32 row measured: no TF32 verdict
+
+    tf32 = waterfall_rows(
+        [
+            _result("fused + compiled MLPs, CUDA graph", 0.49),
+            _result("fused + compiled MLPs, TF32, CUDA graph", 0.33),
+        ]
+    )
+    text = " ".join(waterfall_sentences(tf32, on_gpu=True, kaggle_batch_2048=True))
+    # each precision gets its own verdict: the TF32 row never stands in for the fp32 one
+    assert "at fp32, 'fused + compiled MLPs, CUDA graph' (0.49 ms), misses it" in text
+    assert "with TF32, 'fused + compiled MLPs, TF32, CUDA graph' (0.33 ms), meets it" in text
 
     slow = waterfall_rows(
         [_result("eager, dense grads", 1.0, gpu_ms=0.5, host_ms=1.5), _result("fused", 2.0)]
@@ -64,7 +77,7 @@ def test_sentences_say_what_the_numbers_say():
     text = " ".join(waterfall_sentences(slow, on_gpu=True, kaggle_batch_2048=True))
     assert "'fused' is slower than the step above it (×0.50)" in text
     assert "the host issuing it sets the pace" in text
-    assert "the fastest step misses it" in text  # the fastest is eager, 1.0 ms
+    assert "at fp32, 'eager, dense grads' (1 ms), misses it" in text  # the fastest is eager, 1.0 ms
 
     cpu = " ".join(waterfall_sentences(slow, on_gpu=False, kaggle_batch_2048=False))
     assert "CPU timings" in cpu and "goal" not in cpu
