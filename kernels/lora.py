@@ -36,10 +36,13 @@ is new work no fusion of the existing kernels removes). So 2 (v3) or 3 (v2) pass
   (``"epilogue"`` mode), dA and dB by cuBLAS. **The default.**
 - ``v3`` the shrink fused too (one kernel for the whole forward; the dX GEMM computes u in its main loop).
 
-Measured (``benchmarks/bench_lora.py``, H100, bf16, torch 2.11, triton 3.6, 2026-11-23, second run of the
-day; overhead over the frozen base linear, fwd / fwd+bwd): 8192×4096×4096 r16: v2 +14% / +22%, v3 +12% /
-+20%, unsloth-style +27% / +39%, eager +51% / +59%; r64: v2 +15% / +24%; 16384×4096×14336 r16: v2 +2.5% /
-+5.8% (v3 +37% / +9.2%); 512×4096×4096 r16: v2 +58% / +81%, v3 +43% / +255% (host-bound: see below).
+Measured (``benchmarks/bench_lora.py``, H100, bf16, torch 2.11, triton 3.6, 2026-11-23, the committed CSV;
+overhead over the frozen base linear, fwd / fwd+bwd): 8192×4096×4096 r16: v2 +15% / +23%, v3 +13% / +21%,
+unsloth-style +27% / +40%, eager +52% / +61%; r64: v2 +16% / +25% (v3 +92% / +101%: at r = 64 its
+rule takes 128-wide tiles in grouped order, so every tile computes the shrink; see
+:func:`kernels.lora_gemm.gemm_rule`); 16384×4096×14336 r16: v2 +5.2% / +9.7% (an earlier run that day: +2.5% /
++5.8%), v3 +38% / +14%; 512×4096×4096 r16: v2 +59% / +82%, v3 +44% / +76% (an earlier run, before the cached
+launches: v3 +255% fwd+bwd, host-bound: see below).
 Where the rest goes, in kernel timings of the same day (``scratch`` experiments, median device time):
 
 - the base GEMM with the expand in its epilogue: 361 µs (runs of 2 N-tiles, see
