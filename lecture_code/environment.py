@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import platform
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -20,6 +22,18 @@ def device() -> torch.device:
     user set ``TRITON_INTERPRET=1``: interpreted kernels read CPU tensors).
     """
     return runtime.default_device()
+
+
+@contextlib.contextmanager
+def matmul_precision(precision: str) -> Iterator[None]:
+    """``torch.set_float32_matmul_precision(precision)`` inside the block, the previous setting restored after
+    (``"high"``: fp32 matmuls may use TF32 tensor cores; torch's default is ``"highest"``)."""
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(precision)
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before)
 
 
 def describe() -> dict[str, str]:

@@ -41,6 +41,7 @@ from kernels import runtime
 from lecture_code import data as criteo
 from lecture_code.data.shifted_day import shifted_day
 from lecture_code.environment import device as default_device
+from lecture_code.environment import matmul_precision
 from lecture_code.lora.apply import apply_lora, lora_modules, parameter_counts, set_backend
 from lecture_code.model import DLRM
 from lecture_code.training.metrics import evaluate
@@ -204,19 +205,6 @@ def fused_paths(model: torch.nn.Module, rows: int) -> list[dict]:
     return out
 
 
-@contextlib.contextmanager
-def _matmul_precision(device: torch.device, precision: str):
-    if device.type != "cuda":
-        yield
-        return
-    old = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision(precision)
-    try:
-        yield
-    finally:
-        torch.set_float32_matmul_precision(old)
-
-
 def run_adaptation(
     cfg: AdaptationConfig | None = None, device: torch.device | None = None
 ) -> AdaptationReport:
@@ -231,7 +219,8 @@ def run_adaptation(
     day = shifted_day(cfg.day_rows, cfg.day_seed).to(device)
     day_train, day_holdout = criteo.train_holdout_split(day, cfg.holdout_fraction, cfg.seed)
 
-    with _matmul_precision(device, cfg.matmul_precision):
+    on_gpu = device.type == "cuda"  # the precision setting is for the GPU's matmuls; a CPU run keeps torch's
+    with matmul_precision(cfg.matmul_precision) if on_gpu else contextlib.nullcontext():
         torch.manual_seed(cfg.seed)
         model = pretrain(DLRM.from_metadata(metadata, preset=cfg.preset).to(device), day0_train, cfg)
         report = AdaptationReport(

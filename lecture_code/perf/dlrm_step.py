@@ -28,16 +28,16 @@ measure only the GPU's work, and the host's clock only the host's (CUDA graph: o
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from lecture_code.data import Batch
+from lecture_code.environment import matmul_precision
 from lecture_code.model import DLRM, DLRMConfig
 from lecture_code.model import fused as _fused  # noqa: F401  (define the Triton kernels outside `with device`)
 from lecture_code.perf.step_timing import Variant, time_interleaved
@@ -129,20 +129,10 @@ def _model(name: str, config: DLRMConfig, device: torch.device, lr: float) -> DL
         return model
 
 
-@contextlib.contextmanager
-def _matmul_precision(precision: str) -> Iterator[None]:
-    before = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision(precision)
-    try:
-        yield
-    finally:
-        torch.set_float32_matmul_precision(before)
-
-
 def build_step(name: str, config: DLRMConfig, device: torch.device, example: Batch, lr: float = 0.1):
     """``(train_step, model)`` of implementation ``name`` (one of :data:`IMPLEMENTATIONS`)."""
     if "TF32" in name:  # the graph records the kernels chosen at capture: the setting is needed only here
-        with _matmul_precision("high"):
+        with matmul_precision("high"):
             return _build_step(name, config, device, example, lr)
     return _build_step(name, config, device, example, lr)
 

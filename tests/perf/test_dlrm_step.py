@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from benchmarks import bench_dlrm_step
+from lecture_code.environment import matmul_precision
 from lecture_code.model import DLRMConfig
 from lecture_code.perf.dlrm_step import GPU_ONLY, build_step, make_batches
 
@@ -67,14 +68,11 @@ def test_graph_versions_train_like_eager_on_a_gpu():
 
     def run(name: str, precision: str = "highest"):
         torch.manual_seed(5)
-        torch.set_float32_matmul_precision(precision)
-        try:
+        with matmul_precision(precision):  # eager reads the setting at every call
             step, model = build_step(name, CONFIG, cuda, batches[0], lr=0.3)
             assert torch.get_float32_matmul_precision() == precision, name
             before = [t.clone() for t in _tables(model)]  # a graph version's warm-up steps were undone
             losses = torch.stack([step(b).detach().clone() for b in batches])  # a graph's loss is overwritten
-        finally:
-            torch.set_float32_matmul_precision("highest")
         return losses, [t - b for t, b in zip(_tables(model), before, strict=True)]
 
     references = {precision: run("eager, dense grads", precision) for precision in ("highest", "high")}
