@@ -155,21 +155,9 @@ def _forward(dense: torch.Tensor, sparse: torch.Tensor) -> torch.Tensor:
     if B == 0:
         return out
     block_f, block_d = _blocks(F, D)
-    args = (
-        dense,
-        sparse,
-        out,
-        B,
-        F,
-        D,
-        dense.stride(0),
-        dense.stride(1),
-        sparse.stride(0),
-        sparse.stride(1),
-        sparse.stride(2),
-        out.stride(0),
-    )
-    _launch_fwd((cdiv(B, SAMPLES),), args, _constexprs(block_f, block_d), 4, 3)  # fmt: skip
+    args = (dense, sparse, out, B, F, D, dense.stride(0), dense.stride(1),
+            sparse.stride(0), sparse.stride(1), sparse.stride(2), out.stride(0))  # fmt: skip
+    _launch_fwd((cdiv(B, SAMPLES),), args, _constexprs(block_f, block_d), 4, 3)
     return out
 
 
@@ -182,23 +170,9 @@ def _backward(grad: torch.Tensor, dense: torch.Tensor, sparse: torch.Tensor):
     if B == 0:
         return d_dense, d_sparse
     block_f, block_d = _blocks(F, D)
-    args = (
-        dense,
-        sparse,
-        grad,
-        d_dense,
-        d_sparse,
-        B,
-        F,
-        D,
-        dense.stride(0),
-        dense.stride(1),
-        sparse.stride(0),
-        sparse.stride(1),
-        sparse.stride(2),
-        grad.stride(0),
-    )
-    _launch_bwd((cdiv(B, SAMPLES),), args, _constexprs(block_f, block_d), 4, 3)  # fmt: skip
+    args = (dense, sparse, grad, d_dense, d_sparse, B, F, D, dense.stride(0), dense.stride(1),
+            sparse.stride(0), sparse.stride(1), sparse.stride(2), grad.stride(0))  # fmt: skip
+    _launch_bwd((cdiv(B, SAMPLES),), args, _constexprs(block_f, block_d), 4, 3)
     return d_dense, d_sparse
 
 

@@ -165,6 +165,9 @@ def _column_sum_kernel(partial_ptr, out_ptr, G, N, BLOCK_G: tl.constexpr, BLOCK_
     tl.store(out_ptr + cols, acc.to(out_ptr.dtype.element_ty), mask=col_mask)
 
 
+_launch_column_sum = CachedLauncher(_column_sum_kernel)  # cached per shape (kernels.fast_launch)
+
+
 def reduce_partials(partial: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Sum a ``[G, N]`` fp32 partial buffer over its rows into a new ``[N]`` tensor of ``dtype``."""
     G, N = partial.shape
@@ -174,6 +177,3 @@ def reduce_partials(partial: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         (cdiv(N, block_n),), (partial, out, G, N), (("BLOCK_G", 32), ("BLOCK_N", block_n)), 4, 3
     )
     return out
-
-
-_launch_column_sum = CachedLauncher(_column_sum_kernel)  # cached per shape (kernels.fast_launch)
