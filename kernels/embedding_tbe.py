@@ -58,6 +58,15 @@ Cost: a sort of nnz keys, plus nnz·8 of ``order`` read and the ids' pass to bui
 The alternative, ``tl.atomic_add`` of each entry's gradient into a dense ``[R, D]`` gradient (or into the
 weight, for SGD), needs no sort but is non-deterministic in float (arrival order) and cannot do Adagrad's
 per-row ``mean(g²)`` without a second pass over a dense buffer (2 GiB for the Kaggle tables).
+
+``deterministic=False`` (SGD only) takes that alternative for SGD, where it is exact math: ``w_r -= lr·g1``
+then ``w_r -= lr·g2`` is ``w_r -= lr·(g1 + g2)`` up to rounding. ONE kernel, one program per block of
+entries: each entry's ``-lr·c_e·dout[bag]`` is added to its row with ``tl.atomic_add`` (no keys, no sort, no
+block or cross-block pass: 1 launch instead of about 8). What it costs: the additions into a row land in
+arrival order, so a repeated row's result can differ in its last bits from run to run (as ``index_add_``'s
+on a GPU), and the update happens as the adds arrive, not after the sum (the same value, in exact
+arithmetic). A hot row's adds serialise in L2 (under Zipf a head row takes hundreds). Weight fp32 only
+(fp32 atomics everywhere; half-precision atomic adds would round at every add).
 Bytes: read nnz·(4 + 8) (keys, order) + nnz·D·s (gradient rows, gathered) + U·D·s (the U unique rows),
 write U·D·s (+ U·4 read and written for the Adagrad state).
 
@@ -151,6 +160,38 @@ def _tbe_rows_kernel(
     size = tl.load(table_offsets_ptr + f + 1, mask=mask, other=0) - base
     row = tl.where((ids >= 0) & (ids < size), base + ids, num_rows)
     tl.store(rows_ptr + e, row.to(rows_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _tbe_atomic_sgd_kernel(
+    weight_ptr, table_offsets_ptr, flat_ptr, bag_of_entry_ptr, offsets_ptr, grad_ptr, lr_ptr,
+    nnz, F, D, bag_size, stride_w, stride_g,
+    FIXED_BAG: tl.constexpr, MEAN: tl.constexpr, BLOCK: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    # SGD without the sort: every entry adds -lr·c_e·dout[bag] to its row, atomically (arrival order).
+    e = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    live = e < nnz
+    ids = tl.load(flat_ptr + e, mask=live, other=0)
+    if FIXED_BAG:
+        bag = e // bag_size
+    else:
+        bag = tl.load(bag_of_entry_ptr + e, mask=live, other=0)
+    f = bag % F
+    base = tl.load(table_offsets_ptr + f, mask=live, other=0)
+    size = tl.load(table_offsets_ptr + f + 1, mask=live, other=0) - base
+    ok = live & (ids >= 0) & (ids < size)  # an out-of-range id updates nothing
+    cols = tl.arange(0, BLOCK_D)
+    tile_mask = ok[:, None] & (cols < D)[None, :]
+    g = tl.load(grad_ptr + bag[:, None] * stride_g + cols[None, :], mask=tile_mask, other=0.0).to(tl.float32)
+    if MEAN:
+        if FIXED_BAG:
+            g = g / bag_size
+        else:
+            n = tl.load(offsets_ptr + bag + 1, mask=ok, other=1) - tl.load(offsets_ptr + bag, mask=ok)
+            g = g / tl.maximum(n, 1).to(tl.float32)[:, None]
+    lr = tl.load(lr_ptr)
+    w_ptrs = weight_ptr + (base + ids)[:, None] * stride_w + cols[None, :]
+    tl.atomic_add(w_ptrs, -lr * g, mask=tile_mask, sem="relaxed")
 
 
 @triton.jit
@@ -347,9 +388,18 @@ def _backward_update(ctx, grad: torch.Tensor) -> None:
     grad = grad.reshape(-1, D).contiguous()  # [B·F, D]: row k is bag k's upstream gradient
     bags = None if ctx.fixed else _feature_of_entry(flat, offsets, F, ctx.bag_size)[1]
     bag_size = max(ctx.bag_size, 1)
+    bag_of_entry = flat if bags is None else bags
+    bag_ends = flat if offsets is None else offsets
+    modes = (("FIXED_BAG", ctx.fixed), ("MEAN", ctx.mean))
+    if not ctx.deterministic:  # SGD by atomic adds: one launch (the module docstring)
+        args = (weight, table_offsets, flat, bag_of_entry, bag_ends, grad, lr,
+                nnz, F, D, bag_size, weight.stride(0), grad.stride(0))  # fmt: skip
+        block = max(16, 2048 // next_pow2(D))
+        constexprs = (*modes, ("BLOCK", block), ("BLOCK_D", next_pow2(D)))
+        _launch_atomic((cdiv(nnz, block),), args, constexprs, 4, 1)
+        return
     key_dtype = torch.int32 if R < 2**31 - 1 else torch.int64  # int32 keys: half the radix sort's passes
     rows = torch.empty(nnz, dtype=key_dtype, device=flat.device)
-    bag_of_entry = flat if bags is None else bags
     rows_args = (flat, table_offsets, bag_of_entry, rows, nnz, F, bag_size, R)
     _launch_rows((cdiv(nnz, 1024),), rows_args, (("FIXED_BAG", ctx.fixed), ("BLOCK", 1024)), 4, 3)
     sorted_rows, order = torch.sort(rows, stable=True)
@@ -358,12 +408,10 @@ def _backward_update(ctx, grad: torch.Tensor) -> None:
     partials = torch.empty((blocks, 2, D), dtype=torch.float32, device=flat.device)
     flags = torch.empty(blocks, dtype=torch.int32, device=flat.device)
     state_or_weight = state if ctx.adagrad else weight
-    bag_ends = flat if offsets is None else offsets
     sizes = (("BLOCK_P", block_p), ("BLOCK_D", block_d))
     args = (weight, state_or_weight, lr, sorted_rows, order, bag_of_entry, bag_ends, grad, partials, flags,
             nnz, R, D, bag_size, ctx.eps, weight.stride(0), grad.stride(0))  # fmt: skip
-    modes = (("FIXED_BAG", ctx.fixed), ("MEAN", ctx.mean), ("ADAGRAD", ctx.adagrad))
-    _launch_blocks((blocks,), args, (*modes, *sizes), 4, 3)
+    _launch_blocks((blocks,), args, (*modes, ("ADAGRAD", ctx.adagrad), *sizes), 4, 3)
     args = (weight, state_or_weight, lr, sorted_rows, partials, flags,
             nnz, blocks, D, ctx.eps, weight.stride(0))  # fmt: skip
     constexprs = (("ADAGRAD", ctx.adagrad), ("HEADS", CROSS_HEADS), *sizes)  # any order: named
@@ -375,6 +423,7 @@ _launch_fwd = CachedLauncher(_tbe_fwd_kernel)
 _launch_rows = CachedLauncher(_tbe_rows_kernel)
 _launch_blocks = CachedLauncher(_tbe_block_update_kernel)
 _launch_cross = CachedLauncher(_tbe_cross_block_update_kernel)
+_launch_atomic = CachedLauncher(_tbe_atomic_sgd_kernel)
 
 
 class _TBEFunction(torch.autograd.Function):
@@ -382,10 +431,11 @@ class _TBEFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx, trigger, weight, table_offsets, flat, offsets, state, lr, B, bag_size, mean, adagrad, eps
-    ):
+        ctx, trigger, weight, table_offsets, flat, offsets, state, lr, B, bag_size, mean, adagrad, eps,
+        deterministic,
+    ):  # fmt: skip
         ctx.fixed, ctx.bag_size, ctx.mean = offsets is None, bag_size, mean
-        ctx.adagrad, ctx.eps = adagrad, eps
+        ctx.adagrad, ctx.eps, ctx.deterministic = adagrad, eps, deterministic
         ctx.save_for_backward(weight, table_offsets, flat, offsets, state, lr)
         return _forward(weight, table_offsets, flat, offsets, B, bag_size, mean)
 
@@ -393,7 +443,7 @@ class _TBEFunction(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
         _backward_update(ctx, grad)
-        return (None,) * 12  # the weight got its update, not a gradient
+        return (None,) * 13  # the weight got its update, not a gradient
 
 
 def embedding_tbe(
@@ -408,6 +458,7 @@ def embedding_tbe(
     state: torch.Tensor | None = None,
     eps: float = 1e-8,
     check_ids: bool = True,
+    deterministic: bool = True,
 ) -> torch.Tensor:
     """Pooled lookups of all ``F`` tables in one launch → ``[B, F, D]`` (functional form).
 
@@ -416,6 +467,7 @@ def embedding_tbe(
     ``optimizer=None``: a plain lookup, no autograd. ``"sgd"`` / ``"rowwise_adagrad"``: the result requires
     grad, and its backward updates ``weight`` (and ``state``, fp32 ``[R]``, for Adagrad) in place with
     learning rate ``lr`` (a float, or a 1-element fp32 tensor on the weight's device, read at backward time).
+    ``deterministic=False`` (SGD, fp32 weight): the update by atomic adds, no sort (the module docstring).
     """
     F = table_offsets.numel() - 1
     if weight.dim() != 2:
@@ -436,6 +488,12 @@ def embedding_tbe(
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"embedding_tbe: optimizer {optimizer!r} is not one of {OPTIMIZERS} (or None)")
     adagrad = optimizer == "rowwise_adagrad"
+    if not deterministic and (adagrad or weight.dtype != torch.float32):
+        raise ValueError(
+            f"embedding_tbe: deterministic=False (atomic adds) is for SGD on an fp32 weight, got optimizer "
+            f"{optimizer!r} and weight {weight.dtype}: row-wise Adagrad needs each row's summed gradient "
+            f"before its update, and 16-bit atomic adds would round at every add"
+        )
     if adagrad and (state is None or state.shape != (weight.shape[0],) or state.dtype != torch.float32):
         raise ValueError(f"embedding_tbe: rowwise_adagrad needs state, fp32 [{weight.shape[0]}]")
     if lr is None:
@@ -446,8 +504,9 @@ def embedding_tbe(
     # while the weight itself stays out of autograd (it receives an update, not a .grad).
     trigger = torch.zeros(0, requires_grad=True)
     return _TBEFunction.apply(
-        trigger, weight, table_offsets, flat, offsets, state, lr, B, bag_size, mean, adagrad, float(eps)
-    )
+        trigger, weight, table_offsets, flat, offsets, state, lr, B, bag_size, mean, adagrad, float(eps),
+        deterministic,
+    )  # fmt: skip
 
 
 class TableBatchedEmbedding(torch.nn.Module):
@@ -456,7 +515,8 @@ class TableBatchedEmbedding(torch.nn.Module):
     Args:
         table_sizes: ``n_f`` rows per table. dim: ``D``. optimizer: ``"sgd"`` or ``"rowwise_adagrad"``.
         lr, eps: the optimizer's (``lr`` settable later: ``module.lr = x`` fills ``lr_tensor``).
-        pooling: ``"sum"`` or ``"mean"`` over a bag. check_ids: see the module docstring.
+        pooling: ``"sum"`` or ``"mean"`` over a bag. check_ids, deterministic: see the module docstring
+            (``deterministic=False``: SGD by atomic adds, no sort; settable later as an attribute).
 
     Buffers (all in ``state_dict`` but ``lr_tensor`` and ``table_offsets``): ``weight [R, D]`` (the packed
     tables, updated in place by backward), ``momentum [R]`` fp32 (row-wise Adagrad only), ``table_offsets``
@@ -475,6 +535,7 @@ class TableBatchedEmbedding(torch.nn.Module):
         check_ids: bool = True,
         dtype: torch.dtype = torch.float32,
         device=None,
+        deterministic: bool = True,
     ):
         super().__init__()
         self.table_sizes = tuple(int(n) for n in table_sizes)
@@ -485,7 +546,7 @@ class TableBatchedEmbedding(torch.nn.Module):
         if pooling not in POOLINGS:
             raise ValueError(f"TableBatchedEmbedding: pooling {pooling!r} is not one of {POOLINGS}")
         self.dim, self.optimizer, self.eps = dim, optimizer, eps
-        self.pooling, self.check_ids = pooling, check_ids
+        self.pooling, self.check_ids, self.deterministic = pooling, check_ids, deterministic
         total = sum(self.table_sizes)
         self.register_buffer("weight", torch.empty(total, dim, dtype=dtype, device=device))
         self.register_buffer("table_offsets", table_offsets_for(self.table_sizes, device), persistent=False)
@@ -554,11 +615,12 @@ class TableBatchedEmbedding(torch.nn.Module):
         return embedding_tbe(
             self.weight, self.table_offsets, ids, offsets,
             pooling=self.pooling, optimizer=self.optimizer if train else None, lr=self.lr_tensor,
-            state=self.momentum, eps=self.eps, check_ids=self.check_ids,
+            state=self.momentum, eps=self.eps, check_ids=self.check_ids, deterministic=self.deterministic,
         )  # fmt: skip
 
     def extra_repr(self) -> str:
         return (
             f"num_features={self.num_features}, rows={self.weight.shape[0]}, dim={self.dim}, "
             f"optimizer={self.optimizer}, pooling={self.pooling}"
+            + ("" if self.deterministic else ", deterministic=False")
         )

@@ -34,8 +34,13 @@ STEPS: dict[str, str] = {
     "packed + index_add_, CUDA graph": "the same step captured once, replayed: one launch per step",
     "fused": "our kernels: table-batched embedding with SGD in its backward, fused dot interaction",
     "fused, CUDA graph": "the fused step captured once, replayed",
-    "fused + compiled MLPs, CUDA graph": "and the two MLPs through torch.compile, inside the graph",
-    "fused + compiled MLPs, TF32, CUDA graph": "and the MLP matmuls on TF32 tensor cores: a precision change",
+    "fused + compiled MLPs, CUDA graph": "and the two MLPs and their SGD step through torch.compile",
+    "fused + compiled MLPs, atomic SGD, CUDA graph": (
+        "and the tables' SGD by atomic adds: no sort, not bit-reproducible"
+    ),
+    "fused + compiled MLPs, atomic SGD, TF32, CUDA graph": (
+        "and the MLP matmuls on TF32 tensor cores: a precision change"
+    ),
 }
 """Each implementation of :data:`~lecture_code.perf.dlrm_step.IMPLEMENTATIONS`, in the lecture's order, with
 what it changes over the step before it."""

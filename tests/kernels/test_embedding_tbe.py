@@ -45,10 +45,27 @@ def _csr(batch: int, sizes, device, lengths_from=(0, 1, 2, 3)):
     return flat.to(device), offsets.to(device)
 
 
+def _tbe_options(optimizer: str) -> dict:
+    """TableBatchedEmbedding's options for a test's optimizer name: ``"sgd atomic"`` is SGD by atomic adds."""
+    if optimizer == "sgd atomic":
+        return {"optimizer": "sgd", "deterministic": False}
+    return {"optimizer": optimizer}
+
+
+@pytest.fixture
+def no_sort(monkeypatch):
+    """The atomic path must not sort: torch.sort raises inside the test."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the atomic SGD path called torch.sort")
+
+    monkeypatch.setattr(torch, "sort", refuse)
+
+
 def _reference_update(ref_w: torch.Tensor, ref_state: torch.Tensor, optimizer: str, lr: float, eps: float):
     """The reference step on ``ref_w``'s dense gradient, in place: SGD, or FBGEMM's row-wise Adagrad."""
     with torch.no_grad():
-        if optimizer == "sgd":
+        if optimizer.startswith("sgd"):
             ref_w -= lr * ref_w.grad
         else:
             reference.rowwise_adagrad_step(ref_w, ref_state, ref_w.grad, lr, eps)
@@ -83,14 +100,15 @@ def test_one_hot_forward_and_sgd_match_nn_embedding(seed, poison_empty, dtype):
 
 
 @pytest.mark.parametrize("pooling", ["sum", "mean"])
-@pytest.mark.parametrize("optimizer", ["sgd", "rowwise_adagrad"])
+@pytest.mark.parametrize("optimizer", ["sgd", "rowwise_adagrad", "sgd atomic"])
 def test_multi_hot_csr_update_matches_reference(seed, poison_empty, pooling, optimizer):
     """Ragged bags with empty ones: forward vs F.embedding_bag, the update vs torch.optim.SGD on its dense
-    gradient (SGD) or FBGEMM's row-wise Adagrad rule written in torch (reference.rowwise_adagrad_step)."""
+    gradient (SGD, sorted or by atomic adds) or FBGEMM's row-wise Adagrad rule written in torch
+    (reference.rowwise_adagrad_step)."""
     device = default_device()
     lr, eps = 0.2, 1e-6
     tbe = TableBatchedEmbedding(
-        SIZES, DIM, optimizer=optimizer, lr=lr, eps=eps, pooling=pooling, device=device
+        SIZES, DIM, lr=lr, eps=eps, pooling=pooling, device=device, **_tbe_options(optimizer)
     )
     ref_w = tbe.weight.clone().requires_grad_()
     ref_state = torch.zeros(ref_w.shape[0], device=device)
@@ -105,7 +123,7 @@ def test_multi_hot_csr_update_matches_reference(seed, poison_empty, pooling, opt
         out.backward(grad)
         opt.zero_grad()
         ref.backward(grad)
-        if optimizer == "sgd":
+        if optimizer.startswith("sgd"):
             opt.step()
         else:
             with torch.no_grad():
@@ -161,7 +179,7 @@ def test_hot_row_update_is_deterministic(seed):
 
 
 @pytest.mark.parametrize("form", ["one-hot", "csr-mean"])
-@pytest.mark.parametrize("optimizer", ["sgd", "rowwise_adagrad"])
+@pytest.mark.parametrize("optimizer", ["sgd", "rowwise_adagrad", "sgd atomic"])
 def test_runs_across_update_blocks_match_reference(seed, poison_empty, form, optimizer):
     """About a thousand entries: runs of equal rows start, end and pass through the update kernel's blocks of
     sorted positions at random places (a 1-row and a 3-row table give runs of 50–150, the 700-row table
@@ -171,13 +189,15 @@ def test_runs_across_update_blocks_match_reference(seed, poison_empty, form, opt
     The upstream gradients are multiples of 1/16 in [-4, 4] and bags hold 0, 1, 2 or 4 entries, so every
     run's sum is exact in fp32 whatever its order (a run of 500 random floats, summed in the scan's order
     and in index_add's, differs by a few ulps of its terms' sum: 3e-6 here). Kernel and reference then agree
-    to the rounding of the update alone."""
+    to the rounding of the update alone. For the atomic path, which updates the weight add by add, the
+    weights start on multiples of 2⁻¹⁰ and lr is 1/4, so every intermediate value is exact too."""
     device = default_device()
-    sizes, lr, eps, batch = [3, 1, 700, 2, 40], 0.2, 1e-6, 150
+    sizes, lr, eps, batch = [3, 1, 700, 2, 40], 0.25, 1e-6, 150
     tbe = TableBatchedEmbedding(
-        sizes, DIM, optimizer=optimizer, lr=lr, eps=eps, check_ids=False, device=device,
-        pooling="sum" if form == "one-hot" else "mean",
+        sizes, DIM, lr=lr, eps=eps, check_ids=False, device=device,
+        pooling="sum" if form == "one-hot" else "mean", **_tbe_options(optimizer),
     )  # fmt: skip
+    tbe.weight.copy_(torch.round(tbe.weight * 1024) / 1024)
     ref_w = tbe.weight.clone().requires_grad_()
     ref_state = torch.zeros(ref_w.shape[0], device=device)
     for _ in range(2):
@@ -211,6 +231,26 @@ def test_runs_across_update_blocks_match_reference(seed, poison_empty, form, opt
         if optimizer == "rowwise_adagrad":
             torch.testing.assert_close(tbe.momentum, ref_state, atol=1e-6, rtol=1e-5)
         torch.testing.assert_close(tbe.weight, ref_w.detach(), atol=1e-6, rtol=1e-5)
+
+
+def test_atomic_sgd_makes_no_sort_and_refuses_what_it_cannot_do(seed, no_sort):
+    """deterministic=False: the update by atomic adds (torch.sort refused here: the path really taken) equals
+    the sorted path's on hot rows; Adagrad and a 16-bit weight are refused with the reason."""
+    device = default_device()
+    ids = torch.zeros(40, len(SIZES), dtype=torch.long, device=device)  # one row per table, hit 40 times
+    ids[::3] = _ids(14, SIZES, device)
+    grad = torch.randint(-64, 65, (40, len(SIZES), DIM), device=device) / 16.0
+    atomic = TableBatchedEmbedding(SIZES, DIM, lr=0.25, deterministic=False, device=device)
+    ref_w = atomic.weight.clone().requires_grad_()
+    atomic(ids).backward(grad)
+    reference.embedding_tbe(ref_w, atomic.table_offsets, ids).backward(grad)
+    torch.testing.assert_close(atomic.weight, ref_w.detach() - 0.25 * ref_w.grad, atol=1e-6, rtol=1e-5)
+    assert "deterministic=False" in repr(atomic)
+    refused = (({"optimizer": "rowwise_adagrad"}, "rowwise_adagrad"), ({"dtype": torch.float16}, "16"))
+    for options, reason in refused:
+        tbe = TableBatchedEmbedding(SIZES, DIM, deterministic=False, device=device, **options)
+        with pytest.raises(ValueError, match=f"deterministic=False.*{reason}"):
+            tbe(ids)
 
 
 @pytest.mark.parametrize("bad", [-1, "size"])
@@ -282,15 +322,17 @@ def test_functional_forward_only(seed, poison_empty):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-@pytest.mark.parametrize("optimizer", ["sgd", "rowwise_adagrad"])
+@pytest.mark.parametrize("optimizer", ["sgd", "rowwise_adagrad", "sgd atomic"])
 def test_kaggle_tables_gpu(seed, dtype, optimizer):
     """The 26 Kaggle tables (33.8M rows), B = 2048, one-hot, Zipf-ish skew (hot rows repeat), two steps."""
     from lecture_code.data import KAGGLE_CARDINALITIES
 
+    if optimizer == "sgd atomic" and dtype != torch.float32:
+        pytest.skip("atomic SGD is fp32 only (refused otherwise: test_atomic_sgd_makes_no_sort_…)")
     device = torch.device("cuda")
     lr, eps = 0.1, 1e-8
     tbe = TableBatchedEmbedding(
-        KAGGLE_CARDINALITIES, 16, optimizer=optimizer, lr=lr, dtype=dtype, device=device
+        KAGGLE_CARDINALITIES, 16, lr=lr, dtype=dtype, device=device, **_tbe_options(optimizer)
     )
     ref_w = tbe.weight.float().clone().requires_grad_()
     ref_state = torch.zeros(ref_w.shape[0], device=device)
@@ -302,7 +344,7 @@ def test_kaggle_tables_gpu(seed, dtype, optimizer):
         out = tbe(ids)
         ref = reference.embedding_tbe(ref_w, tbe.table_offsets, ids)
         torch.testing.assert_close(out.float(), ref, atol=atol, rtol=rtol)
-        grad = torch.randn_like(ref)
+        grad = torch.randn_like(ref).to(dtype).float()  # the values the kernel sees, for the reference too
         out.backward(grad.to(dtype))
         ref_w.grad = None
         ref.backward(grad)
@@ -318,7 +360,9 @@ def test_kaggle_tables_gpu(seed, dtype, optimizer):
                 0, (ids + tbe.table_offsets[:-1]).flatten(), torch.ones(ids.numel(), device=device)
             )
             sum_err = lr * count[:, None] * torch.finfo(torch.float32).eps * abs_sum
-            if optimizer == "sgd":
+            if optimizer == "sgd atomic":  # each add also rounds the weight (|w| + lr·Σ|g| at most)
+                sum_err += count[:, None] * torch.finfo(torch.float32).eps * (ref_w.abs() + lr * abs_sum)
+            if optimizer.startswith("sgd"):
                 err = (tbe.weight.float() - ref_w).abs()[touched]
                 bound = (atol + rtol * ref_w.abs() + sum_err)[touched]
                 assert (err <= bound).all(), f"worst excess {(err - bound).max().item():.3g}"
@@ -329,7 +373,7 @@ def test_kaggle_tables_gpu(seed, dtype, optimizer):
 
 @pytest.mark.parametrize("keys", ["i32", "i64"])
 def test_kernels_compile_for_h100(keys):
-    """The four kernels through Triton's real compiler for sm_90 (no GPU needed): the interpreter runs
+    """The five kernels through Triton's real compiler for sm_90 (no GPU needed): the interpreter runs
     Python and checks less (it let a plain-int global in a kernel through; the compiler refuses those)."""
     from lecture_code.ptx import compile_for_gpu
 
@@ -350,6 +394,8 @@ def test_kernels_compile_for_h100(keys):
          {"FIXED_BAG": False, "MEAN": True, "ADAGRAD": True, "BLOCK_P": 64, "BLOCK_D": 16}, 4),
         (tbe_module._tbe_cross_block_update_kernel,
          {"ADAGRAD": True, "BLOCK_P": 64, "HEADS": 32, "BLOCK_D": 16}, 1),
+        (tbe_module._tbe_atomic_sgd_kernel,
+         {"FIXED_BAG": False, "MEAN": True, "BLOCK": 128, "BLOCK_D": 16}, 4),
     ]  # fmt: skip
     for kernel, constexprs, warps in builds:
         names = [n for n in kernel.arg_names if n not in constexprs]  # other pointers fp32, scalars i32

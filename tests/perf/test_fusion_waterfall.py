@@ -63,13 +63,13 @@ def test_sentences_say_what_the_numbers_say():
     tf32 = waterfall_rows(
         [
             _result("fused + compiled MLPs, CUDA graph", 0.49),
-            _result("fused + compiled MLPs, TF32, CUDA graph", 0.33),
+            _result("fused + compiled MLPs, atomic SGD, TF32, CUDA graph", 0.33),
         ]
     )
     text = " ".join(waterfall_sentences(tf32, on_gpu=True, kaggle_batch_2048=True))
     # each precision gets its own verdict: the TF32 row never stands in for the fp32 one
     assert "at fp32, 'fused + compiled MLPs, CUDA graph' (0.49 ms), misses it" in text
-    assert "with TF32, 'fused + compiled MLPs, TF32, CUDA graph' (0.33 ms), meets it" in text
+    assert "with TF32, 'fused + compiled MLPs, atomic SGD, TF32, CUDA graph' (0.33 ms), meets it" in text
 
     slow = waterfall_rows(
         [_result("eager, dense grads", 1.0, gpu_ms=0.5, host_ms=1.5), _result("fused", 2.0)]
