@@ -163,6 +163,22 @@ def _tbe_rows_kernel(
 
 
 @triton.jit
+def _entry_gradient(
+    grad_ptr, offsets_ptr, bag, mask, tile_mask, cols, bag_size, stride_g,
+    FIXED_BAG: tl.constexpr, MEAN: tl.constexpr,
+):  # fmt: skip
+    # c_e · dout[bag] in fp32 for entries of bags `bag` [P] (c_e = 1 for sum, 1/|bag| for mean), [P, BLOCK_D].
+    g = tl.load(grad_ptr + bag[:, None] * stride_g + cols[None, :], mask=tile_mask, other=0.0).to(tl.float32)
+    if MEAN:
+        if FIXED_BAG:
+            g = g / bag_size
+        else:
+            n = tl.load(offsets_ptr + bag + 1, mask=mask, other=1) - tl.load(offsets_ptr + bag, mask=mask)
+            g = g / tl.maximum(n, 1).to(tl.float32)[:, None]  # n >= 1 for an entry of the bag
+    return g
+
+
+@triton.jit
 def _tbe_atomic_sgd_kernel(
     weight_ptr, table_offsets_ptr, flat_ptr, bag_of_entry_ptr, offsets_ptr, grad_ptr, lr_ptr,
     nnz, F, D, bag_size, stride_w, stride_g,
@@ -182,13 +198,7 @@ def _tbe_atomic_sgd_kernel(
     ok = live & (ids >= 0) & (ids < size)  # an out-of-range id updates nothing
     cols = tl.arange(0, BLOCK_D)
     tile_mask = ok[:, None] & (cols < D)[None, :]
-    g = tl.load(grad_ptr + bag[:, None] * stride_g + cols[None, :], mask=tile_mask, other=0.0).to(tl.float32)
-    if MEAN:
-        if FIXED_BAG:
-            g = g / bag_size
-        else:
-            n = tl.load(offsets_ptr + bag + 1, mask=ok, other=1) - tl.load(offsets_ptr + bag, mask=ok)
-            g = g / tl.maximum(n, 1).to(tl.float32)[:, None]
+    g = _entry_gradient(grad_ptr, offsets_ptr, bag, ok, tile_mask, cols, bag_size, stride_g, FIXED_BAG, MEAN)
     lr = tl.load(lr_ptr)
     w_ptrs = weight_ptr + (base + ids)[:, None] * stride_w + cols[None, :]
     tl.atomic_add(w_ptrs, -lr * g, mask=tile_mask, sem="relaxed")
@@ -253,13 +263,9 @@ def _tbe_block_update_kernel(
     else:
         bag = tl.load(bag_of_entry_ptr + e, mask=valid, other=0)
     tile_mask = valid[:, None] & col_mask[None, :]
-    v = tl.load(grad_ptr + bag[:, None] * stride_g + cols[None, :], mask=tile_mask, other=0.0).to(tl.float32)
-    if MEAN:
-        if FIXED_BAG:
-            v = v / bag_size
-        else:
-            n = tl.load(offsets_ptr + bag + 1, mask=valid, other=1) - tl.load(offsets_ptr + bag, mask=valid)
-            v = v / tl.maximum(n, 1).to(tl.float32)[:, None]  # n >= 1 for an entry of the bag
+    v = _entry_gradient(
+        grad_ptr, offsets_ptr, bag, valid, tile_mask, cols, bag_size, stride_g, FIXED_BAG, MEAN
+    )
     # Each run's sum inside the block, at every position of the run: S = M·V with M[i, j] = 1 where positions
     # i and j hold the same row. A 0/1 matrix times fp32 values in fp32 ("ieee": no TF32 rounding of V), a
     # fixed summation order, and a tl.dot the interpreter runs as one matmul (a scan runs element by element).
