@@ -55,6 +55,9 @@ TBE backward splits runs by length too (``find_long_segments``, then its ``cta_p
 long runs and ``warp_per_row`` for the rest).
 
 Cost: a sort of nnz keys, plus nnz·8 of ``order`` read and the ids' pass to build the keys.
+Bytes: read nnz·(4 + 8) (keys, order) + nnz·D·s (gradient rows, gathered) + U·D·s (the U unique rows),
+write U·D·s (+ U·4 read and written for the Adagrad state).
+
 The alternative, ``tl.atomic_add`` of each entry's gradient into a dense ``[R, D]`` gradient (or into the
 weight, for SGD), needs no sort but is non-deterministic in float (arrival order) and cannot do Adagrad's
 per-row ``mean(g²)`` without a second pass over a dense buffer (2 GiB for the Kaggle tables).
@@ -62,13 +65,11 @@ per-row ``mean(g²)`` without a second pass over a dense buffer (2 GiB for the K
 ``deterministic=False`` (SGD only) takes that alternative for SGD, where it is exact math: ``w_r -= lr·g1``
 then ``w_r -= lr·g2`` is ``w_r -= lr·(g1 + g2)`` up to rounding. ONE kernel, one program per block of
 entries: each entry's ``-lr·c_e·dout[bag]`` is added to its row with ``tl.atomic_add`` (no keys, no sort, no
-block or cross-block pass: 1 launch instead of about 8). What it costs: the additions into a row land in
-arrival order, so a repeated row's result can differ in its last bits from run to run (as ``index_add_``'s
-on a GPU), and the update happens as the adds arrive, not after the sum (the same value, in exact
-arithmetic). A hot row's adds serialise in L2 (under Zipf a head row takes hundreds). Weight fp32 only
-(fp32 atomics everywhere; half-precision atomic adds would round at every add).
-Bytes: read nnz·(4 + 8) (keys, order) + nnz·D·s (gradient rows, gathered) + U·D·s (the U unique rows),
-write U·D·s (+ U·4 read and written for the Adagrad state).
+block or cross-block pass; in notebook 05's step on an H100, 16 kernels fewer per step). What it costs: the
+additions into a row land in arrival order, so a repeated row's result can differ in its last bits from run
+to run (as ``index_add_``'s on a GPU), and the update happens add by add, not after the sum (the same value
+in exact arithmetic). A hot row's adds serialise (under Zipf a head row takes hundreds). Weight fp32 only:
+a 16-bit weight would be rounded at every add.
 
 Out-of-range ids (``id < 0`` or ``id ≥ n_f``). ``check_ids=True`` (the default) checks once per call, outside
 the kernels: one fused torch reduction over the ids plus ONE device→host sync (``bool(bad.any())``,
