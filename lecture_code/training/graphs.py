@@ -17,6 +17,12 @@ so the host cost per step becomes one ``cudaGraphLaunch``. What that needs from 
 
 The gradients become graph-owned buffers (``zero_grad(set_to_none=True)`` before capture, so the captured
 backward allocates them in the graph's pool); the returned loss is a static tensor overwritten by each replay.
+
+A graph holds addresses, not tensors: it does not keep the weights it reads and writes alive. So the returned
+step holds the model and the optimizers (``step.model``, ``step.optimizers``). Without that, a caller that
+kept only the step (``step, _ = build(...)``) had its model's memory returned to PyTorch's caching allocator
+while replays still wrote to it, and the next model built in the process was handed the same blocks: two
+graph steps in one process then corrupted each other (seen on an H100 as an illegal memory access).
 """
 
 from __future__ import annotations
@@ -95,6 +101,7 @@ def make_graphed_train_step(
 
     graphed_step.graph = graph  # type: ignore[attr-defined]
     graphed_step.static_batch = static  # type: ignore[attr-defined]
+    graphed_step.model, graphed_step.optimizers = model, opts  # type: ignore[attr-defined]  (kept alive)
     return graphed_step
 
 

@@ -7,6 +7,9 @@ The fused backend runs its Triton kernels under the interpreter here (26 tables:
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import pytest
 import torch
 
@@ -98,6 +101,21 @@ def test_a_cuda_graph_step_equals_the_uncaptured_step(backend, optimizer):
         torch.testing.assert_close(graph_step(batch), step(batch), atol=1e-5, rtol=1e-5)
     for (name, a), b in zip(plain.state_dict().items(), graphed.state_dict().values(), strict=True):
         torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-5, msg=lambda m, name=name: f"{name}: {m}")
+
+
+@pytest.mark.gpu
+def test_a_cuda_graph_step_keeps_its_model_alive():
+    """The graph records addresses only: dropping every other reference to the model must not free the
+    weights its replays write (a second model would be handed the same memory)."""
+    torch.manual_seed(0)
+    model = DLRM(DLRMConfig.preset("small", (5, 9), hashing="modulus"), backend="fused").cuda()
+    batch = Batch(torch.randn(8, 13), torch.randint(0, 100, (8, 2)), torch.ones(8)).to("cuda")
+    step = make_graphed_train_step(model, make_optimizers(model, "sgd", 0.1), batch)
+    alive = weakref.ref(model)
+    del model
+    gc.collect()
+    assert alive() is not None and step.model is alive()
+    step(batch)
 
 
 @pytest.mark.gpu
