@@ -90,14 +90,16 @@ def test_short_training_run_lowers_the_loss(rng):
         return dense, sparse, signal.float()
 
     losses = []
-    for _ in range(40):
+    for _ in range(80):
         dense, sparse, label = batch()
         loss = loss_fn(model(dense, sparse), label)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
-    assert sum(losses[-10:]) / 10 < 0.7 * sum(losses[:10]) / 10  # reaches 0.2-0.5 over many seeds
+    # The last ten steps' mean over the first ten's, 40 seeds: median 0.22, at most 0.35 (after 40 steps
+    # it was 0.34 and 0.62, and one CI seed in many reached 0.70: too close to the bound)
+    assert sum(losses[-10:]) / 10 < 0.7 * sum(losses[:10]) / 10
 
 
 def test_from_metadata_modulus_needs_no_vocabularies():
