@@ -118,9 +118,10 @@ class GemmConfig(KernelConfig):
 
     ``order``: ``"grouped"`` walks tiles ``pid, pid + programs, …`` in GROUP_M-row super-blocks (L2 reuse);
     ``"rows"`` hands out *runs* of ``run_n`` consecutive N-tiles of one row block, the runs in the same
-    grouped order, so a per-row-block quantity (LoRA's ``x Aᵀ``) is computed once per run instead of per tile
+    grouped order, so a per-row-block operand (LoRA's ``s·x Aᵀ``) is loaded once per run instead of per tile
     while the tiles in flight still share few row and column blocks in L2. ``run_n`` (rows order only).
-    ``warp_specialize``: Triton's producer/consumer warps for the K loop (``tl.range(warp_specialize=…)``).
+    ``warp_specialize``: Triton's producer/consumer warps for the K loop (``tl.range(warp_specialize=…)``);
+    only with ``s·x Aᵀ`` precomputed (a fused shrink's tiles may wait, see :mod:`kernels.lora_gemm`).
     """
 
     block_m: int | None = None

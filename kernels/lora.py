@@ -118,8 +118,7 @@ def forward_config(version: str, x2, weight, lora_b, has_bias: bool, override=No
     if version == "v1":
         base = resolve(key, lambda: branch_rule(M, K, N, R, x2.dtype, sm_count(x2.device)))
     else:
-        fused = version == "v3"
-        base = resolve(key, lambda: gemm_rule(M, N, K, R, x2.dtype, sm_count(x2.device), fused))
+        base = resolve(key, lambda: gemm_rule(M, N, K, R, x2.dtype, sm_count(x2.device)))
     return base if override is None else override.filled(base)
 
 
@@ -128,7 +127,7 @@ def backward_config(dy2, weight, lora_b, override=None, mode: str = "epilogue") 
     M, N = dy2.shape
     K, R = weight.shape[1], lora_b.shape[1]
     key = backward_key(dy2, weight, lora_b, mode)
-    base = resolve(key, lambda: gemm_rule(M, K, N, R, dy2.dtype, sm_count(dy2.device), mode == "fused"))
+    base = resolve(key, lambda: gemm_rule(M, K, N, R, dy2.dtype, sm_count(dy2.device)))
     return base if override is None else override.filled(base)
 
 
@@ -210,7 +209,7 @@ def choose_version(x2, weight, lora_b, version: str | None = None) -> tuple[str,
         if x2.is_cuda and x2.dtype == torch.float32 and torch.get_float32_matmul_precision() == "highest":
             return "v0", None  # documented choice, not a fallback: cuBLAS SGEMM is faster than FMA dots
         if problem is None:
-            return "v2", None
+            return "v3", None
         if lora_b.shape[1] > MAX_RANK:
             return "v0", problem
         return "v1", problem

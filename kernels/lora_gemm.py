@@ -30,23 +30,42 @@ base GEMM itself runs, hence the Hopper habits here (shared/PLATFORM.md: they re
   programs, …`` in GROUP_M super-rows (neighbouring programs share W tiles in L2). ``"rows"`` hands each
   program *runs* of ``run_n`` consecutive N-tiles of one row block, the runs themselves in grouped order.
 
-**Where the shrink goes.** ``T = P·L`` needs all of a row block of P, which the K loop streams through
-shared memory anyway, so the shrink is one extra small ``tl.dot(p_tile, l_tile)`` per K step. Its MMA work is
-r/BLOCK_N of the base (+6% at r = 16), but on an H100 it cost ~25% per tile it runs in (+88 µs at 8192 ×
-4096 × 4096 when every tile computes it): an ``m64n16k16`` wgmma reads the same x slice from shared memory
-as an ``m64n256k16`` one for 1/16 of the work. So in rows order only the first tile of each run computes T
-(fp32 ``[BLOCK_M, r]`` in registers) and the run's other tiles reuse it: runs of 4 N-tiles cost 386 µs
-against 361 for the GEMM with T precomputed (runs of 2: 405, 8: 409 as L2 reuse drops). ``SHRINK=False``
-reads a precomputed Tₛ instead (v2). The tile that starts a row block (``pid_n == 0``) always computes T,
-so it writes Tₛ out: the forward saves s·T for dB = dYᵀ(s·T), the backward's s·u gives dA = (s·u)ᵀ x.
-Storing the *scaled* operand saves the backward two scaling passes.
+**Where the shrink goes** (v3, and the backward's u = dY B). ``T = P·L`` needs a whole row block of P, which
+the base GEMM's K loop streams through shared memory anyway, so the first design added one small
+``tl.dot(p_tile, l_tile)`` per K step. Its MMA work is r/BLOCK_N of the base (+6% at r = 16), but on an H100
+it cost ~25% of a K step in every tile it ran in: an ``m64n16k16`` wgmma reads the same x slice from shared
+memory as an ``m64n256k16`` one for 1/16 of the work (8192 × 4096 × 4096: +88 µs if every tile computes it;
+386 µs against 361 when only the first of each run of 4 tiles did).
+
+So the shrink now runs *beside* the GEMM, on SMs of its own, in the same launch (``SHRINK``):
+
+- **Producers.** Programs ``0 … SHRINK_PROGRAMS − 1`` compute Tₛ = s·T for row blocks ``pid, pid + S, …``, in
+  the order the GEMM tiles reach them. Each streams its row block of P in wide, deep loads (``SHRINK_BLOCK_K``
+  columns, 4–6 in flight): one SM alone moves bytes only as fast as it keeps them in flight (3 loads of
+  ``[128, 64]``: 378 µs for the fused GEMM at 8192 × 4096 × 4096; ``[128, 128]`` × 4: 370; × 6: 368). It
+  stores Tₛ, then raises the row block's flag with a *release* atomic.
+- **Tiles.** The other programs run the GEMM as with T precomputed (v2). Before its K loop a tile checks the
+  flag with an *acquire* atomic and, if raised, loads Tₛ (the load hides behind the loop); if not, it waits
+  after its loop, before the epilogue. Flags are zeroed per launch (a 4-byte-per-row-block memset).
+- **No deadlock:** producers wait on nothing; tiles wait only on producers. All programs fit on the GPU at
+  once (:func:`programs_split`), and producers have the lowest program ids, so they hold SMs first.
+- **The SMs for it:** 4 producers at 8192 × 4096 × 4096 leave 128 programs for 1024 tiles: 8 tiles each, as
+  132 programs would need too. Measured there (H100, 2026-11-23, kernel times): 368–370 µs with the shrink
+  fused, against 363 with T given and 347 for cuBLAS's base GEMM alone; the dX GEMM the same (368–371 against
+  361). 8 producers: 445 (the tiles then take 9 rounds).
+- **Deterministic:** each Tₛ row is one program's fixed-order sum, the same bits every run.
+- **In the interpreter** programs run one after another in id order: the producer finishes every row block
+  before the tile program starts, and no wait ever spins.
+
+The producer that publishes Tₛ is the forward's saved s·T (for dB = dYᵀ(s·T)); in the backward, s·u gives dA =
+(s·u)ᵀ x. Storing the *scaled* operand saves the backward two scaling passes.
 
 **Epilogue** (its small operands loaded before the K loop): ``acc += Tₛ · E_tile`` (one ``tl.dot`` of
 K-depth r; Tₛ = s·T with T rounded to the input dtype first, as a torch matmul would store it), ``+ bias``,
 cast, two TMA stores of half a tile each.
 
 In interpreter mode (CPU) the same kernel runs: descriptors are emulated (and their alignment checked), bf16
-dots are upcast (``DOT_UPCAST``), and the grid has one program, which then walks every tile.
+dots are upcast (``DOT_UPCAST``), one program walks every tile (after a producer, if the shrink is fused).
 """
 
 from __future__ import annotations
@@ -64,6 +83,8 @@ from kernels.runtime import interpreting
 
 __all__ = ["MAX_RANK", "block_rank", "gemm_rule", "input_precision", "lowrank_gemm", "tma_compatible"]
 
+SHRINK_BLOCK_K = 128  # a producer's loads: [BLOCK_M, 128] tiles of P, 6 in flight at r ≤ 16, else 4
+SHRINK_PROGRAMS = 4  # producers of Tₛ in a fused launch (H100: 16 row blocks each at 8192 × 4096 × 4096)
 MAX_RANK = 128  # BLOCK_R ≤ 128: the fp32 [BLOCK_M, BLOCK_R] tile of T stays in registers beside acc
 TMA_ALIGN = 16  # bytes: base address and row strides of a tensor descriptor
 _INTERPRET = interpreting()  # fixed at import: the @triton.jit decorators below were made in this mode
@@ -86,12 +107,10 @@ def _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr, ORDER_ROW
 
 @triton.jit
 def _main_loop(
-    p_desc, q_desc, l_src, off_m, off_n, KR, R, stride_lk, stride_lr, acc, t,
-    WITH_SHRINK: tl.constexpr, L_MODE: tl.constexpr, Q_KMAJOR: tl.constexpr, DOT_UPCAST: tl.constexpr,
-    INPUT_PRECISION: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr,
+    p_desc, q_desc, off_m, off_n, KR, acc,
+    Q_KMAJOR: tl.constexpr, DOT_UPCAST: tl.constexpr, INPUT_PRECISION: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
-    # acc += P[rows, :] · Q[:, cols]; with WITH_SHRINK also t += P[rows, :] · L from the same P tiles.
-    rs = tl.arange(0, BLOCK_R)
+    # acc += P[rows, :] · Q[:, cols]
     for ki in range(0, tl.cdiv(KR, BLOCK_K)):
         off_k = ki * BLOCK_K
         p = p_desc.load([off_m, off_k])
@@ -103,130 +122,183 @@ def _main_loop(
             p = p.to(tl.float32)
             q = q.to(tl.float32)
         acc = tl.dot(p, q, acc, input_precision=INPUT_PRECISION)
-        if WITH_SHRINK:
-            if L_MODE == 1:  # descriptor over L stored [r, Kr] (A in the forward)
-                lt = l_src.load([0, off_k]).T
-            elif L_MODE == 2:  # descriptor over L stored [Kr, r] (B in the backward)
-                lt = l_src.load([off_k, 0])
-            else:  # any strides, any r: masked pointer loads
-                ks = off_k + tl.arange(0, BLOCK_K)
-                lt = tl.load(
-                    l_src + ks[:, None] * stride_lk + rs[None, :] * stride_lr,
-                    mask=(ks < KR)[:, None] & (rs < R)[None, :],
-                    other=0.0,
-                )
-            if DOT_UPCAST:
-                lt = lt.to(tl.float32)
-            t = tl.dot(p, lt, t, input_precision=INPUT_PRECISION)
-    return acc, t
+    return acc
+
+
+@triton.jit
+def _shrink_loop(
+    p_desc, l_src, off_m, KR, R, stride_lk, stride_lr,
+    L_MODE: tl.constexpr, DOT_UPCAST: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr, STAGES: tl.constexpr,
+):  # fmt: skip
+    # T[rows] = P[rows, :] · L, fp32 [BLOCK_M, BLOCK_R] (columns ≥ R zero)
+    rs = tl.arange(0, BLOCK_R)
+    t = tl.zeros([BLOCK_M, BLOCK_R], dtype=tl.float32)
+    for ki in tl.range(0, tl.cdiv(KR, BLOCK_K), num_stages=STAGES):
+        off_k = ki * BLOCK_K
+        p = p_desc.load([off_m, off_k])
+        if L_MODE == 1:  # descriptor over L stored [r, Kr] (A in the forward)
+            lt = l_src.load([0, off_k]).T
+        elif L_MODE == 2:  # descriptor over L stored [Kr, r] (B in the backward)
+            lt = l_src.load([off_k, 0])
+        else:  # any strides, any r: masked pointer loads
+            ks = off_k + tl.arange(0, BLOCK_K)
+            lt = tl.load(
+                l_src + ks[:, None] * stride_lk + rs[None, :] * stride_lr,
+                mask=(ks < KR)[:, None] & (rs < R)[None, :],
+                other=0.0,
+            )
+        if DOT_UPCAST:
+            p = p.to(tl.float32)
+            lt = lt.to(tl.float32)
+        t = tl.dot(p, lt, t, input_precision=INPUT_PRECISION)
+    return t
+
+
+@triton.jit
+def _is_ready(flag_ptr):
+    # Has the producer published this row block's Tₛ? (acquire: its stores are visible after a 1)
+    return tl.atomic_cas(flag_ptr, 1, 1, sem="acquire") == 1
+
+
+@triton.jit
+def _row_block_ts(t_ptr, t_offs, t_mask, flag_ptr, SHRINK: tl.constexpr):
+    # Before a tile's K loop: Tₛ of its row block, loaded now if it is there (its latency then hides behind
+    # the loop). Not there yet (``ready`` false): the tile waits for it after its loop (:func:`_await_ts`).
+    if SHRINK:
+        ready = _is_ready(flag_ptr)
+    else:
+        ready = tl.full([], 1, tl.int1)
+    mask = t_mask & (tl.zeros_like(t_mask) | ready)  # (the interpreter's `&` of a scalar makes integers)
+    ts = tl.load(t_ptr + t_offs, mask=mask, other=0.0, cache_modifier=".cg")
+    return ready, ts
+
+
+@triton.jit
+def _await_ts(t_ptr, t_offs, t_mask, flag_ptr, ready, ts):
+    if ready == 0:
+        while _is_ready(flag_ptr) == 0:
+            pass
+        ts = tl.load(t_ptr + t_offs, mask=t_mask, other=0.0, cache_modifier=".cg")
+    return ts
 
 
 @triton.jit
 def _lowrank_gemm_kernel(
-    p_ptr, q_ptr, l_ptr, e_ptr, bias_ptr, t_ptr, out_ptr,
-    M, NC, KR, R, scale, NUM_PROGRAMS,
+    p_ptr, q_ptr, l_ptr, e_ptr, bias_ptr, t_ptr, flag_ptr, out_ptr,
+    M, NC, KR, R, scale, GEMM_PROGRAMS,
     stride_pm, stride_q, stride_om, stride_lk, stride_lr, stride_er, stride_en, stride_tm, stride_tr,
-    Q_KMAJOR: tl.constexpr, SHRINK: tl.constexpr, L_MODE: tl.constexpr, HAS_BIAS: tl.constexpr,
-    ORDER_ROWS: tl.constexpr,
+    Q_KMAJOR: tl.constexpr, SHRINK: tl.constexpr, SHRINK_PROGRAMS: tl.constexpr, L_MODE: tl.constexpr,
+    HAS_BIAS: tl.constexpr, ORDER_ROWS: tl.constexpr,
     DOT_UPCAST: tl.constexpr, INPUT_PRECISION: tl.constexpr,
     WARP_SPECIALIZE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr,
-    GROUP_M: tl.constexpr, RUN_N: tl.constexpr,
+    GROUP_M: tl.constexpr, RUN_N: tl.constexpr, SHRINK_BLOCK_K: tl.constexpr, SHRINK_STAGES: tl.constexpr,
 ):  # fmt: skip
     dtype = out_ptr.dtype.element_ty
-    p_desc = tl.make_tensor_descriptor(p_ptr, [M, KR], [stride_pm, 1], [BLOCK_M, BLOCK_K])
-    if Q_KMAJOR:  # Q stored transposed, [Nc, Kr] (W in the forward)
-        q_desc = tl.make_tensor_descriptor(q_ptr, [NC, KR], [stride_q, 1], [BLOCK_N, BLOCK_K])
-    else:  # Q stored [Kr, Nc] (W in the backward)
-        q_desc = tl.make_tensor_descriptor(q_ptr, [KR, NC], [stride_q, 1], [BLOCK_K, BLOCK_N])
-    # The output tile is stored in two halves: a [BLOCK_M, BLOCK_N / 2] staging buffer instead of a full one
-    # saves 32 KB of shared memory at 128 × 256 (a full one does not fit beside 3 stages and the LoRA tiles:
-    # 244 KB asked, 227 KB there, on an H100 with triton 3.6).
-    out_desc = tl.make_tensor_descriptor(out_ptr, [M, NC], [stride_om, 1], [BLOCK_M, BLOCK_N // 2])
-    if L_MODE == 1:
-        l_src = tl.make_tensor_descriptor(l_ptr, [R, KR], [stride_lr, 1], [BLOCK_R, BLOCK_K])
-    elif L_MODE == 2:
-        l_src = tl.make_tensor_descriptor(l_ptr, [KR, R], [stride_lk, 1], [BLOCK_K, BLOCK_R])
-    else:
-        l_src = l_ptr
-
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(NC, BLOCK_N)
-    num_tiles = num_pid_m * num_pid_n
     rs = tl.arange(0, BLOCK_R)
     r_mask = rs < R
-    if ORDER_ROWS:
-        # Runs: a unit is RUN_N consecutive N-tiles of one row block; units go to programs in grouped order
-        # (so the tiles in flight at any moment still share GROUP_M row blocks and few column blocks, as in
-        # grouped order). The first tile of a unit computes T in its main loop; the others reuse it.
-        units_n = tl.cdiv(num_pid_n, RUN_N)
-        t = tl.zeros([BLOCK_M, BLOCK_R], dtype=tl.float32)
-        for unit in range(pid, num_pid_m * units_n, NUM_PROGRAMS):
-            pid_m, unit_n = _tile_coords(unit, num_pid_m, units_n, GROUP_M, False)
+    if SHRINK and pid < SHRINK_PROGRAMS:
+        # A producer: s·T of row blocks pid, pid + SHRINK_PROGRAMS, … (the order the tiles reach them), each
+        # published by a flag the tiles of that row block wait on. One SM streams a whole row block of P, so
+        # its loads are wide and deep (SHRINK_BLOCK_K, SHRINK_STAGES): the bytes in flight set its bandwidth.
+        ps_desc = tl.make_tensor_descriptor(p_ptr, [M, KR], [stride_pm, 1], [BLOCK_M, SHRINK_BLOCK_K])
+        if L_MODE == 1:
+            l_src = tl.make_tensor_descriptor(l_ptr, [R, KR], [stride_lr, 1], [BLOCK_R, SHRINK_BLOCK_K])
+        elif L_MODE == 2:
+            l_src = tl.make_tensor_descriptor(l_ptr, [KR, R], [stride_lk, 1], [SHRINK_BLOCK_K, BLOCK_R])
+        else:
+            l_src = l_ptr
+        for pid_m in range(pid, num_pid_m, SHRINK_PROGRAMS):
             off_m = pid_m * BLOCK_M
             rows = off_m + tl.arange(0, BLOCK_M)
-            t_mask = (rows < M)[:, None] & r_mask[None, :]
-            t_offs = rows.to(tl.int64)[:, None] * stride_tm + rs[None, :] * stride_tr
-            for j in range(0, RUN_N):
-                pid_n = unit_n * RUN_N + j
-                if pid_n < num_pid_n:
-                    off_n = pid_n * BLOCK_N
-                    e = _load_e(e_ptr, off_n, NC, R, stride_er, stride_en, BLOCK_N, BLOCK_R)
-                    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-                    if SHRINK:
-                        if j == 0:
-                            t = tl.zeros([BLOCK_M, BLOCK_R], dtype=tl.float32)
-                            acc, t = _main_loop(
-                                p_desc, q_desc, l_src, off_m, off_n, KR, R, stride_lk, stride_lr, acc, t,
-                                True, L_MODE, Q_KMAJOR, DOT_UPCAST, INPUT_PRECISION, BLOCK_K, BLOCK_R,
-                            )  # fmt: skip
-                        else:
-                            acc, t = _main_loop(
-                                p_desc, q_desc, l_src, off_m, off_n, KR, R, stride_lk, stride_lr, acc, t,
-                                False, L_MODE, Q_KMAJOR, DOT_UPCAST, INPUT_PRECISION, BLOCK_K, BLOCK_R,
-                            )  # fmt: skip
-                        ts = (t.to(dtype).to(tl.float32) * scale).to(dtype)
-                        if pid_n == 0:  # the row block's first tile publishes s·T (its unit computed T)
-                            tl.store(t_ptr + t_offs, ts, mask=t_mask)
-                    else:
-                        ts = tl.load(t_ptr + t_offs, mask=t_mask, other=0.0)
-                        acc, t = _main_loop(
-                            p_desc, q_desc, l_src, off_m, off_n, KR, R, stride_lk, stride_lr, acc, t,
-                            False, L_MODE, Q_KMAJOR, DOT_UPCAST, INPUT_PRECISION, BLOCK_K, BLOCK_R,
-                        )  # fmt: skip
-                    _epilogue(
-                        acc, ts, e, bias_ptr, out_desc, off_m, off_n, NC,
-                        HAS_BIAS, DOT_UPCAST, INPUT_PRECISION, BLOCK_M, BLOCK_N,
-                    )  # fmt: skip
+            t = _shrink_loop(
+                ps_desc, l_src, off_m, KR, R, stride_lk, stride_lr,
+                L_MODE, DOT_UPCAST, INPUT_PRECISION, BLOCK_M, SHRINK_BLOCK_K, BLOCK_R, SHRINK_STAGES,
+            )  # fmt: skip
+            ts = (t.to(dtype).to(tl.float32) * scale).to(dtype)  # rounded, then scaled, as torch would
+            tl.store(
+                t_ptr + rows.to(tl.int64)[:, None] * stride_tm + rs[None, :] * stride_tr,
+                ts,
+                mask=(rows < M)[:, None] & r_mask[None, :],
+            )
+            tl.debug_barrier()  # every thread's stores issued before the flag is released
+            tl.atomic_xchg(flag_ptr + pid_m, 1, sem="release")
     else:
-        # Grouped order, every tile on its own (the shrink, if fused, in every tile's main loop).
-        # ``warp_specialize``: Triton's producer (TMA loads) and consumer (wgmma, epilogue) warps.
-        for tile_id in tl.range(pid, num_tiles, NUM_PROGRAMS, warp_specialize=WARP_SPECIALIZE):
-            pid_m, pid_n = _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M, ORDER_ROWS)
-            off_m = pid_m * BLOCK_M
-            off_n = pid_n * BLOCK_N
-            rows = off_m + tl.arange(0, BLOCK_M)
-            t_mask = (rows < M)[:, None] & r_mask[None, :]
-            t_offs = rows.to(tl.int64)[:, None] * stride_tm + rs[None, :] * stride_tr
-            # The epilogue's small operands are loaded before the K loop: their latency hides behind it.
-            e = _load_e(e_ptr, off_n, NC, R, stride_er, stride_en, BLOCK_N, BLOCK_R)
-            if not SHRINK:
-                ts = tl.load(t_ptr + t_offs, mask=t_mask, other=0.0)
-            acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-            t = tl.zeros([BLOCK_M, BLOCK_R], dtype=tl.float32)
-            acc, t = _main_loop(
-                p_desc, q_desc, l_src, off_m, off_n, KR, R, stride_lk, stride_lr, acc, t,
-                SHRINK, L_MODE, Q_KMAJOR, DOT_UPCAST, INPUT_PRECISION, BLOCK_K, BLOCK_R,
-            )  # fmt: skip
-            if SHRINK:  # every tile computed T; the first tile of each row block publishes s·T
-                ts = (t.to(dtype).to(tl.float32) * scale).to(dtype)
-                if pid_n == 0:
-                    tl.store(t_ptr + t_offs, ts, mask=t_mask)
-            _epilogue(
-                acc, ts, e, bias_ptr, out_desc, off_m, off_n, NC,
-                HAS_BIAS, DOT_UPCAST, INPUT_PRECISION, BLOCK_M, BLOCK_N,
-            )  # fmt: skip
+        gemm_pid = pid - SHRINK_PROGRAMS if SHRINK else pid
+        p_desc = tl.make_tensor_descriptor(p_ptr, [M, KR], [stride_pm, 1], [BLOCK_M, BLOCK_K])
+        if Q_KMAJOR:  # Q stored transposed, [Nc, Kr] (W in the forward)
+            q_desc = tl.make_tensor_descriptor(q_ptr, [NC, KR], [stride_q, 1], [BLOCK_N, BLOCK_K])
+        else:  # Q stored [Kr, Nc] (W in the backward)
+            q_desc = tl.make_tensor_descriptor(q_ptr, [KR, NC], [stride_q, 1], [BLOCK_K, BLOCK_N])
+        # The output tile is stored in two halves: a [BLOCK_M, BLOCK_N / 2] staging buffer instead of a full
+        # one saves 32 KB of shared memory at 128 × 256 (a full one does not fit beside 3 stages and the LoRA
+        # tiles: 244 KB asked, 227 KB there, on an H100 with triton 3.6).
+        out_desc = tl.make_tensor_descriptor(out_ptr, [M, NC], [stride_om, 1], [BLOCK_M, BLOCK_N // 2])
+        if ORDER_ROWS:
+            # Runs: a unit is RUN_N consecutive N-tiles of one row block; units go to programs in grouped
+            # order (so the tiles in flight at any moment still share GROUP_M row blocks and few column
+            # blocks, as in grouped order). The unit's tiles share one load of Tₛ.
+            units_n = tl.cdiv(num_pid_n, RUN_N)
+            for unit in range(gemm_pid, num_pid_m * units_n, GEMM_PROGRAMS):
+                pid_m, unit_n = _tile_coords(unit, num_pid_m, units_n, GROUP_M, False)
+                off_m = pid_m * BLOCK_M
+                rows = off_m + tl.arange(0, BLOCK_M)
+                t_mask = (rows < M)[:, None] & r_mask[None, :]
+                t_offs = rows.to(tl.int64)[:, None] * stride_tm + rs[None, :] * stride_tr
+                ready, ts = _row_block_ts(t_ptr, t_offs, t_mask, flag_ptr + pid_m, SHRINK)
+                for j in range(0, RUN_N):
+                    pid_n = unit_n * RUN_N + j
+                    if pid_n < num_pid_n:
+                        off_n = pid_n * BLOCK_N
+                        e = _load_e(e_ptr, off_n, NC, R, stride_er, stride_en, BLOCK_N, BLOCK_R)
+                        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+                        acc = _main_loop(
+                            p_desc,
+                            q_desc,
+                            off_m,
+                            off_n,
+                            KR,
+                            acc,
+                            Q_KMAJOR,
+                            DOT_UPCAST,
+                            INPUT_PRECISION,
+                            BLOCK_K,
+                        )
+                        if SHRINK:
+                            ts = _await_ts(t_ptr, t_offs, t_mask, flag_ptr + pid_m, ready, ts)
+                            ready = tl.full([], 1, tl.int1)
+                        _epilogue(
+                            acc, ts, e, bias_ptr, out_desc, off_m, off_n, NC,
+                            HAS_BIAS, DOT_UPCAST, INPUT_PRECISION, BLOCK_M, BLOCK_N,
+                        )  # fmt: skip
+        else:
+            # Grouped order, every tile on its own. ``warp_specialize``: Triton's producer (TMA loads) and
+            # consumer (wgmma, epilogue) warps (T precomputed only: a tile that may wait has no such split).
+            num_tiles = num_pid_m * num_pid_n
+            for tile_id in tl.range(gemm_pid, num_tiles, GEMM_PROGRAMS, warp_specialize=WARP_SPECIALIZE):
+                pid_m, pid_n = _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M, ORDER_ROWS)
+                off_m = pid_m * BLOCK_M
+                off_n = pid_n * BLOCK_N
+                rows = off_m + tl.arange(0, BLOCK_M)
+                t_mask = (rows < M)[:, None] & r_mask[None, :]
+                t_offs = rows.to(tl.int64)[:, None] * stride_tm + rs[None, :] * stride_tr
+                # The epilogue's small operands are loaded before the K loop: their latency hides behind it.
+                e = _load_e(e_ptr, off_n, NC, R, stride_er, stride_en, BLOCK_N, BLOCK_R)
+                ready, ts = _row_block_ts(t_ptr, t_offs, t_mask, flag_ptr + pid_m, SHRINK)
+                acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+                acc = _main_loop(
+                    p_desc, q_desc, off_m, off_n, KR, acc, Q_KMAJOR, DOT_UPCAST, INPUT_PRECISION, BLOCK_K
+                )
+                if SHRINK:
+                    ts = _await_ts(t_ptr, t_offs, t_mask, flag_ptr + pid_m, ready, ts)
+                _epilogue(
+                    acc, ts, e, bias_ptr, out_desc, off_m, off_n, NC,
+                    HAS_BIAS, DOT_UPCAST, INPUT_PRECISION, BLOCK_M, BLOCK_N,
+                )  # fmt: skip
 
 
 @triton.jit
@@ -277,19 +349,16 @@ def block_rank(r: int) -> int:
     return max(16, next_pow2(r))
 
 
-def gemm_rule(
-    M: int, NC: int, KR: int, r: int, dtype: torch.dtype, num_sms: int, fused_shrink: bool = False
-) -> GemmConfig:
+def gemm_rule(M: int, NC: int, KR: int, r: int, dtype: torch.dtype, num_sms: int) -> GemmConfig:
     """The default config: PLATFORM.md's Hopper tile on a GPU, narrowed where the GPU would sit idle.
 
     - 16-bit: 128 × 256 × 64, 3 stages (4 do not fit 227 KB), 8 warps. Order (H100, 8192 × 4096 × 4096,
       2026-11-23, cuBLAS 344 µs): T precomputed, runs of 2 N-tiles in grouped order 361 µs, grouped 367,
       runs of 4 363, of 8 395, whole row blocks (the old "rows") 424; so runs of 2 where a row block has at
-      most 16 N-tiles, grouped beyond (16384 × 4096 × 14336: grouped 2608 µs, cuBLAS 2476). With the
-      shrink fused: runs of 4 (386 µs; 2: 405, 8: 409, every tile: 455). With ``fused_shrink`` and
-      r > 32, a 128-wide N tile (T's fp32 ``[128, r]`` tile in registers beside a ``[128, 256]`` accumulator,
-      and its pipelined L tiles, do not fit); r > 64: 64 × 128 × 64 and 4 warps. With T precomputed the
-      wide tile stays up to r = 64 (r = 64: 374 µs at 128 × 256, 438–440 at 128 × 128).
+      most 16 N-tiles, grouped beyond (16384 × 4096 × 14336: grouped 2608 µs, cuBLAS 2476). The same config
+      with the shrink fused: its producers use SMs of their own (module docstring), so the tiles' work is the
+      same as with T precomputed. r > 64: 64 × 128 × 64 and 4 warps (the ``[·, r]`` tiles of T, L and E crowd
+      shared memory); up to r = 64 the wide tile stays (r = 64: 374 µs at 128 × 256, 438–440 at 128 × 128).
     - at most half as many tiles as SMs (small M): halve BLOCK_N, then BLOCK_M, down to 64. (H100, M = 512,
       K = N = 4096: 128 × 128 tiles, 128 programs, 45 µs; 128 × 64, 256 tiles, 59 µs.)
     - fp32 (no tensor-core TMA path worth tuning): 128 × 128 × 32, 3 stages.
@@ -304,14 +373,14 @@ def gemm_rule(
         return GemmConfig(128, 128, 32, 8, 8, 3, "grouped", False, 4)
     if block_rank(r) > 64:  # the [·, r] tiles of T, L and E crowd shared memory and registers
         return GemmConfig(64, 128, 64, 8, 4, 3, "grouped", False, 4)
-    bm, bn = 128, (256 if block_rank(r) <= 32 or not fused_shrink else 128)
+    bm, bn = 128, 256
     while 2 * cdiv(M, bm) * cdiv(NC, bn) <= num_sms and bn > 64:
         bn //= 2
     while 2 * cdiv(M, bm) * cdiv(NC, bn) <= num_sms and bm > 64:
         bm //= 2
     stages = 3 if bn == 256 or block_rank(r) > 16 else 4  # r = 64 at 4 stages: 246 KB asked, 227 KB there
-    if bm == 128 and bn == 256 and (fused_shrink or cdiv(NC, bn) <= 16):
-        return GemmConfig(bm, bn, 64, 8, 8, stages, "rows", False, 4 if fused_shrink else 2)
+    if bm == 128 and bn == 256 and cdiv(NC, bn) <= 16:
+        return GemmConfig(bm, bn, 64, 8, 8, stages, "rows", False, 2)
     return GemmConfig(bm, bn, 64, 8, 8, stages, "grouped", False, 4)
 
 
@@ -334,20 +403,39 @@ def _l_mode(shrink: torch.Tensor) -> int:
     return 0
 
 
+def programs_split(num_tiles: int, num_pid_m: int, num_sms: int, fused: bool) -> tuple[int, int]:
+    """``(GEMM programs, shrink programs)`` of one launch; together at most one per SM (so all are resident
+    at once: a tile waiting on a producer never holds an SM the producer needs).
+
+    Producers: :data:`SHRINK_PROGRAMS` (fewer for few row blocks or SMs). GEMM programs: the fewest that take
+    the same number of tiles each as ``num_sms − producers`` would (8192 × 4096 × 4096 at 128 × 256 tiles:
+    1024 tiles, 128 programs of 8 tiles each, as 132 programs would need 8 rounds too)."""
+    if not fused:
+        return max(1, min(num_sms, num_tiles)), 0
+    shrink = max(1, min(SHRINK_PROGRAMS, num_pid_m, num_sms // 16))
+    rounds = cdiv(num_tiles, max(1, num_sms - shrink))
+    return cdiv(num_tiles, rounds), shrink
+
+
 @functools.lru_cache(maxsize=1024)
 def _plan(M, NC, KR, R, dtype, num_sms, q_kmajor, fused, l_mode, has_bias, precision, c: GemmConfig) -> tuple:
     """Everything a launch derives from shapes and config (once per shape key): grid and constexprs."""
-    num_tiles = cdiv(M, c.block_m) * cdiv(NC, c.block_n)
-    programs = max(1, min(num_sms, num_tiles))
+    num_pid_m = cdiv(M, c.block_m)
+    gemm_programs, shrink_programs = programs_split(
+        num_pid_m * cdiv(NC, c.block_n), num_pid_m, num_sms, fused
+    )
+    if fused and c.warp_specialize:
+        raise ValueError("GemmConfig: warp_specialize needs Tₛ precomputed (a fused shrink's tiles may wait)")
     constexprs = (
-        ("Q_KMAJOR", q_kmajor), ("SHRINK", fused), ("L_MODE", l_mode), ("HAS_BIAS", has_bias),
-        ("ORDER_ROWS", c.order == "rows"),
+        ("Q_KMAJOR", q_kmajor), ("SHRINK", fused), ("SHRINK_PROGRAMS", shrink_programs), ("L_MODE", l_mode),
+        ("HAS_BIAS", has_bias), ("ORDER_ROWS", c.order == "rows"),
         ("DOT_UPCAST", _INTERPRET and dtype == torch.bfloat16), ("INPUT_PRECISION", precision),
         ("WARP_SPECIALIZE", bool(c.warp_specialize)),
         ("BLOCK_M", c.block_m), ("BLOCK_N", c.block_n), ("BLOCK_K", c.block_k), ("BLOCK_R", block_rank(R)),
         ("GROUP_M", c.group_m), ("RUN_N", c.run_n),
+        ("SHRINK_BLOCK_K", SHRINK_BLOCK_K), ("SHRINK_STAGES", 6 if block_rank(R) == 16 else 4),
     )  # fmt: skip
-    return (programs,), programs, constexprs
+    return (gemm_programs + shrink_programs,), gemm_programs, num_pid_m, constexprs
 
 
 _launch = CachedLauncher(_lowrank_gemm_kernel)
@@ -381,17 +469,19 @@ def lowrank_gemm(
     fused = t is None
     if fused:
         t = torch.empty((M, R), device=device, dtype=dtype)
-    grid, programs, constexprs = _plan(
+    grid, gemm_programs, num_pid_m, constexprs = _plan(
         M, NC, KR, R, dtype, sm_count(device), q_kmajor, fused, _l_mode(shrink) if fused else 0,
         bias is not None, input_precision(dtype), config,
     )  # fmt: skip
+    # one flag per row block, raised by the producer that publishes its Tₛ
+    flags = torch.zeros(num_pid_m, device=device, dtype=torch.int32) if fused else out
     if not _INTERPRET:
         ensure_allocator()
     _launch(
         grid,
         (
-            p, q, shrink, expand, bias if bias is not None else out, t, out,
-            M, NC, KR, R, float(scale), programs,
+            p, q, shrink, expand, bias if bias is not None else out, t, flags, out,
+            M, NC, KR, R, float(scale), gemm_programs,
             p.stride(0), q.stride(0), out.stride(0), *shrink.stride(), *expand.stride(), *t.stride(),
         ),
         constexprs,

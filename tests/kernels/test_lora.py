@@ -89,11 +89,40 @@ def test_every_version_matches_reference(version, shape, dtype, tol, seed, poiso
 @pytest.mark.parametrize("order", ["rows", "grouped"])
 @pytest.mark.parametrize("dtype, tol", DTYPES)
 def test_persistent_programs_share_tiles(order, dtype, tol, seed, poison_empty, monkeypatch):
-    # As on a GPU with 3 SMs: 3 programs walk 3 × 4 tiles of 16 × 16 (rows order: runs of 4 that start
-    # mid-row-block, so a program computes x Aᵀ on its first tile of each row block; grouped: every tile).
+    # As on a GPU with 3 SMs: one producer computes s·x Aᵀ for the 3 row blocks, two programs walk the 3 × 4
+    # tiles of 16 × 16 (rows order: runs of 4 N-tiles; grouped: one by one), each reading its row block's s·t.
     monkeypatch.setattr(lora_gemm_module, "sm_count", lambda device: 3)
+    launches = []
+    launch = lora_gemm_module._launch
+    monkeypatch.setattr(
+        lora_gemm_module,
+        "_launch",
+        lambda grid, args, ce, *rest: launches.append((grid, dict(ce))) or launch(grid, args, ce, *rest),
+    )
     config = GemmConfig(block_m=16, block_n=16, block_k=16, group_m=2, order=order)
     _check(*_inputs(45, 32, 64, 5, dtype), tol, version="v3", fwd_config=config, bwd_config=config)
+    # the forward and the backward's dX: both with the shrink fused, 1 producer + 2 tile programs
+    assert [(grid, ce["SHRINK"], ce["SHRINK_PROGRAMS"]) for grid, ce in launches] == [((3,), True, 1)] * 2
+
+
+def test_producers_get_sms_of_their_own():
+    from kernels.lora_gemm import SHRINK_PROGRAMS, programs_split
+
+    # 8192 × 4096 × 4096 at 128 × 256 tiles on an H100's 132 SMs: 1024 tiles, 64 row blocks. 4 producers leave
+    # 128 tile programs, 8 tiles each, the rounds 132 programs would need too. T given: one program per SM.
+    assert programs_split(1024, 64, 132, True) == (128, 4)
+    assert programs_split(1024, 64, 132, False) == (132, 0)
+    for tiles, row_blocks, sms in [
+        (64, 4, 132),
+        (7168, 128, 132),
+        (16, 1, 132),
+        (1000, 63, 108),
+        (30, 30, 16),
+    ]:
+        programs, producers = programs_split(tiles, row_blocks, sms, True)
+        assert 1 <= producers <= min(SHRINK_PROGRAMS, row_blocks)
+        assert programs + producers <= sms  # all resident at once: a waiting tile never starves a producer
+        assert -(-tiles // programs) == -(-tiles // (sms - producers))  # no extra round of tiles
 
 
 @pytest.mark.parametrize("dtype, tol", DTYPES[:2])
@@ -109,7 +138,7 @@ def test_row_strided_x_stays_on_the_fast_path(seed, poison_empty):
     wide = torch.randn(20, 48, device=x.device).to(x.dtype)
     wide[:, :40] = x
     xs = wide[:, :40]
-    assert choose_version(xs, w, b) == ("v2", None)
+    assert choose_version(xs, w, b) == ("v3", None)
     _check(xs, w, a, b, b0, 4e-3)
 
 
