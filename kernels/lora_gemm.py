@@ -83,7 +83,7 @@ from kernels.runtime import interpreting
 
 __all__ = ["MAX_RANK", "block_rank", "gemm_rule", "input_precision", "lowrank_gemm", "tma_compatible"]
 
-SHRINK_BLOCK_K = 128  # a producer's loads: [BLOCK_M, 128] tiles of P, 6 in flight at r ≤ 16, else 4
+PRODUCER_SMEM = 216 * 1024  # bytes of a producer's loads in flight (227 KB per block on an H100)
 SHRINK_PROGRAMS = 4  # producers of Tₛ in a fused launch (H100: 16 row blocks each at 8192 × 4096 × 4096)
 MAX_RANK = 128  # BLOCK_R ≤ 128: the fp32 [BLOCK_M, BLOCK_R] tile of T stays in registers beside acc
 TMA_ALIGN = 16  # bytes: base address and row strides of a tensor descriptor
@@ -417,6 +417,14 @@ def programs_split(num_tiles: int, num_pid_m: int, num_sms: int, fused: bool) ->
     return cdiv(num_tiles, rounds), shrink
 
 
+def _producer_loads(block_m: int, block_r: int, itemsize: int) -> tuple[tuple[str, int], tuple[str, int]]:
+    """A producer's loads: ``[block_m, SHRINK_BLOCK_K]`` tiles of P (128 columns in 16-bit, 64 in fp32) with
+    their L tiles, as many in flight as :data:`PRODUCER_SMEM` holds, 2 to 6 (bf16, r = 16: 6 × 36 KB)."""
+    block_k = 128 if itemsize <= 2 else 64
+    stage = (block_m + block_r) * block_k * itemsize
+    return ("SHRINK_BLOCK_K", block_k), ("SHRINK_STAGES", max(2, min(6, PRODUCER_SMEM // stage)))
+
+
 @functools.lru_cache(maxsize=1024)
 def _plan(M, NC, KR, R, dtype, num_sms, q_kmajor, fused, l_mode, has_bias, precision, c: GemmConfig) -> tuple:
     """Everything a launch derives from shapes and config (once per shape key): grid and constexprs."""
@@ -433,7 +441,7 @@ def _plan(M, NC, KR, R, dtype, num_sms, q_kmajor, fused, l_mode, has_bias, preci
         ("WARP_SPECIALIZE", bool(c.warp_specialize)),
         ("BLOCK_M", c.block_m), ("BLOCK_N", c.block_n), ("BLOCK_K", c.block_k), ("BLOCK_R", block_rank(R)),
         ("GROUP_M", c.group_m), ("RUN_N", c.run_n),
-        ("SHRINK_BLOCK_K", SHRINK_BLOCK_K), ("SHRINK_STAGES", 6 if block_rank(R) == 16 else 4),
+        *_producer_loads(c.block_m, block_rank(R), dtype.itemsize),
     )  # fmt: skip
     return (gemm_programs + shrink_programs,), gemm_programs, num_pid_m, constexprs
 

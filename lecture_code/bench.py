@@ -3,8 +3,9 @@
 Two numbers per call on a GPU, because a small kernel has two costs:
 
 - **device time** (:func:`median_ms`): CUDA events around ``fn()``, median of many runs, L2 flushed before
-  each. Before each run the GPU is also kept busy by a ~0.5 ms sleep kernel, so the host has enqueued all of
-  ``fn``'s launches before the start event fires: the time is the GPU's, whatever Python does around it.
+  each. Before each run the GPU is also kept busy by a sleep kernel (≈ 0.5 ms, or twice the host time of one
+  call where that is longer), so the host has enqueued all of ``fn``'s launches before the start event fires:
+  the time is the GPU's, whatever Python does around it.
   Plain ``triton.testing.do_bench`` hides host overhead only up to the length of its L2 flush (≈ 85 µs on an
   H100); a call that spends longer than that in Python (autotuner dispatch, argument checks, guards) leaks
   the difference into the "kernel" time. That is what made a first H100 run show Triton kernels at 25–60% of
@@ -76,16 +77,20 @@ def _device_ms(fn: Callable[[], object], device: torch.device, budget_ms: float 
     torch.cuda.synchronize(device)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
+    t0 = time.perf_counter()
     for _ in range(5):
         fn()
+    host_s = (time.perf_counter() - t0) / 5
     end.record()
     torch.cuda.synchronize(device)
     reps = int(min(200, max(20, budget_ms / max(start.elapsed_time(end) / 5, 1e-3))))
+    # the sleep outlasts the host's enqueueing: twice one call's host time at 2 GHz, at least SLEEP_CYCLES
+    sleep = max(SLEEP_CYCLES, int(2 * host_s * 2e9))
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     for i in range(reps):
         flush.zero_()
-        gpu_sleep(SLEEP_CYCLES)  # the GPU waits here while the host enqueues fn's launches
+        gpu_sleep(sleep)  # the GPU waits here while the host enqueues fn's launches
         starts[i].record()
         fn()
         ends[i].record()

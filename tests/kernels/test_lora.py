@@ -92,6 +92,7 @@ def test_persistent_programs_share_tiles(order, dtype, tol, seed, poison_empty, 
     # As on a GPU with 3 SMs: one producer computes s·x Aᵀ for the 3 row blocks, two programs walk the 3 × 4
     # tiles of 16 × 16 (rows order: runs of 4 N-tiles; grouped: one by one), each reading its row block's s·t.
     monkeypatch.setattr(lora_gemm_module, "sm_count", lambda device: 3)
+    monkeypatch.setattr(lora_module, "fused_dx_pays", lambda M, K, device: True)  # a GPU would take cuBLAS
     launches = []
     launch = lora_gemm_module._launch
     monkeypatch.setattr(
