@@ -18,11 +18,11 @@ it), the add (reads two, writes one): ≈ 5 extra M×N-sized passes, ≈ +40%.
 
 Saved: x (the frozen base linear saves it too) and s·t [M, r] (M·r·e bytes: 256 KB at M = 8192, r = 16); A,
 B, W are parameters. Nothing is recomputed: t comes from the forward. Passes over dY: the dX GEMM reads
-dY; u = dY B either rides in its main loop (v3, ``"fused"``: one extra rank-r dot per K step, only on the
-first tile of each run of N-tiles) or is its own pass (v2, ``"epilogue"``), which for a large dY also computes
-dB (:mod:`kernels.lora_skinny`: one read of dY for both); else dB reads dY once more (cuBLAS); dA reads x
-once (the base backward never reads x, so that pass
-is new work no fusion of the existing kernels removes). So 2 (v3) or 3 (v2) passes over dY, 1 over x:
+dY; u = dY B either comes from producer programs of the same launch (v3, ``"fused"``: they stream dY's row
+blocks while the tiles run the GEMM) or is its own pass (v2, ``"epilogue"``), which for a large dY also
+computes dB (:mod:`kernels.lora_skinny`: one read of dY for both); else dB reads dY once more (cuBLAS); dA
+reads x once (the base backward never reads x, so that pass is new work no fusion of the existing kernels
+removes). So 2 (v3, its producers reading beside the GEMM) or 3 (v2) passes over dY, 1 over x:
 ≈ 2–3 · 64 MB extra at the shape above, ≈ 43–64 µs at 3 TB/s; the backward's floor is the base dX GEMM
 + ~5%. dA and dB use cuBLAS (deterministic: no atomics, fixed reduction order).
 
@@ -33,45 +33,41 @@ is new work no fusion of the existing kernels removes). So 2 (v3) or 3 (v2) pass
   ``y += s·t Bᵀ`` read-modify-write): floor ≈ +17% (y read and written again). Torch backward.
 - ``v2`` the expand ``s·t Bᵀ`` in the epilogue of a Hopper-grade base GEMM (:mod:`kernels.lora_gemm`), s·t
   from a cuBLAS pass over x. Backward: s·u = s·dY B by cuBLAS, the dX GEMM adds s·u A in its epilogue
-  (``"epilogue"`` mode), dA and dB by cuBLAS. **The default.**
-- ``v3`` the shrink fused too (one kernel for the whole forward; the dX GEMM computes u in its main loop).
+  (``"epilogue"`` mode), dA and dB by cuBLAS.
+- ``v3`` the shrink fused too: producer programs of the same launch compute s·t on SMs of their own (one
+  kernel for the whole forward; the dX GEMM's producers compute s·u likewise). **The default.**
 
-Measured (``benchmarks/bench_lora.py``, H100, bf16, torch 2.11, triton 3.6, 2026-11-23, the committed CSV;
-overhead over the frozen base linear, fwd / fwd+bwd): 8192×4096×4096 r16: v2 +15% / +23%, v3 +13% / +21%,
-unsloth-style +27% / +40%, eager +52% / +61%; r64: v2 +16% / +25% (v3 +92% / +101%: at r = 64 its
-rule takes 128-wide tiles in grouped order, so every tile computes the shrink; see
-:func:`kernels.lora_gemm.gemm_rule`); 16384×4096×14336 r16: v2 +5.2% / +9.7% (an earlier run that day: +2.5% /
-+5.8%), v3 +38% / +14%; 512×4096×4096 r16: v2 +59% / +82%, v3 +44% / +76% (an earlier run, before the cached
-launches: v3 +255% fwd+bwd, host-bound: see below).
-Where the rest goes, in kernel timings of the same day (``scratch`` experiments, median device time):
+Measured (``benchmarks/bench_lora.py``, H100, bf16, torch 2.11, triton 3.6, the committed CSV of 2026-11-24
+(device date); overhead over the frozen base linear, fwd / fwd+bwd): 8192×4096×4096 r16: v3 +6.0% / +15.7%,
+v2 +14% / +22%, unsloth-style +27% / +39%, eager +51% / +60%; r64: v3 +10.5% / +19.6%; 16384×4096×14336 r16:
+v2 +6.2% / +0.9%, v3 +6.3% / +2.3% (v3 fwd+bwd +6.6% in a run an hour earlier); 512×4096×4096 r16: v3 +39% /
++74%. Where the rest goes, in kernel times of the same evening (``.gpu``-style probes, median device time):
 
-- the base GEMM with the expand in its epilogue: 361 µs (runs of 2 N-tiles, see
-  :func:`kernels.lora_gemm.gemm_rule`) against cuBLAS's 344 (+5%); grouped order 367, warp-specialized 367,
-  the loop nest flattened 440. The dX GEMM likewise 360 against 345; at 16384×4096×14336 the forward GEMM
-  is +5%, the dX GEMM −1.6%.
-- the shrink in the main loop: an ``m64n16k16`` wgmma reads the same [64, 16] x slice from shared memory as
-  the ``m64n256k16`` of the base GEMM but does 1/16 of its MMA work, so it costs ~25% of a K step, not 6%
-  (every tile: +88 µs). v3 therefore computes T on the first tile of each run of 4 N-tiles and reuses it
-  (386 µs, +12% for the whole fused forward; v2's separate shrink is 40 µs more on top of 361).
-- the backward: s·u and dB from one pass over dY (:mod:`kernels.lora_skinny`, deterministic partial sums)
-  where dY is large (16384×14336: 230 µs against cuBLAS's two passes, 340); dA by cuBLAS (38 µs).
+- the base GEMM with the expand in its epilogue, s·t given: 363 µs (runs of 2 N-tiles, see
+  :func:`kernels.lora_gemm.gemm_rule`) against cuBLAS's 347 (+5%); grouped order 367, warp-specialized 367,
+  the loop nest flattened 440 (earlier that day). The dX GEMM likewise 361 against 345; at 16384×4096×14336
+  the forward GEMM is +4–5%, the dX GEMM −1.6 to +0.6%.
+- the shrink: 368–370 µs for the whole fused forward GEMM, its producers on 4 SMs of their own (see
+  :mod:`kernels.lora_gemm`); before, in the tiles' main loop, 386. v2's separate shrink pass is 30–40 µs.
+- the backward (v3): the dX GEMM makes s·u in its producers (368–371 µs); dA = (s·u)ᵀ x and dB = dYᵀ (s·t)
+  by cuBLAS, ≈ 38 µs each: together the 15 points of fwd+bwd overhead left at 8192×4096×4096 r16 beside the
+  two GEMMs' +5–6% each. v2: s·u and dB from one pass over dY (:mod:`kernels.lora_skinny`) where dY is large
+  (16384×14336: 230 µs against cuBLAS's two passes, 340).
 - host time: ``kernel[grid](...)`` costs ≈ 45–65 µs of Python per launch of the persistent GEMM (Triton 3.6's
   binder and cache key) against F.linear's ≈ 15–20, so every Triton kernel here launches through
   :class:`kernels.fast_launch.CachedLauncher` (the compiled kernel's own launcher, kept per exact argument
-  key: ≈ 28 µs), with grid and constexprs computed once per shape. H100 machine, same day, two runs
-  (``scratch/gpu_host.py``, host µs per call, normal → cached launch): 8192×4096×4096 r16 v2 forward
-  249–310 → 102–109 (F.linear 15–16); v2 fwd+bwd 552–883 → 544–797 against 852 µs of device time (base
-  fwd+bwd 113–142): the rest is torch's (autograd.grad of a Python ``Function``, the small cuBLAS calls),
-  and the run-to-run spread of that host is as large as the gain. At M = 512 the device needs 0.05–0.1 ms,
-  so fwd+bwd is host-bound (v2 host 380–755 µs). CUDA graphs (``torch.cuda.graphs``) remove it for a fixed
-  shape.
+  key: ≈ 28 µs), with grid and constexprs computed once per shape. The CSV's host µs column: v3 forward 108 µs
+  per call at 8192×4096×4096 r16 (F.linear 16), v3 fwd+bwd 911 against 794 µs of device time (base fwd+bwd
+  118): the rest is torch's (autograd.grad of a Python ``Function``, the small cuBLAS calls). At M = 512 the
+  device needs 0.04–0.1 ms, so fwd+bwd is host-bound (v3 host 557 µs against 97 µs of device time). CUDA
+  graphs (``torch.cuda.graphs``) remove it for a fixed shape.
 
 **General path.** v2/v3 need tensor descriptors: x and W with unit last stride and 16-byte aligned rows
 (K·e and N·e multiples of 16 bytes: K, N multiples of 8 in bf16/fp16, of 4 in fp32) and r ≤ 128.
 Anything else (odd K or N, transposed or sliced x, r up to 128) runs v1, which takes any strides; r > 128
 runs v0. ``version=None`` chooses, and warns once per reason when it falls back; an explicit version that
 cannot run raises. fp32 on a GPU at torch's default ``"highest"`` matmul precision runs v0 (cuBLAS SGEMM
-beats a Triton FMA GEMM: see :mod:`kernels.fused_mlp`); allow TF32 to use v2.
+beats a Triton FMA GEMM: see :mod:`kernels.fused_mlp`); allow TF32 to use v3.
 
 **Frozen base**: if ``weight`` or ``bias`` requires grad (with grad mode on), :func:`lora_linear` raises:
 their gradients are not computed here (dW would be a second full GEMM, a different kernel).
