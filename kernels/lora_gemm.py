@@ -23,8 +23,8 @@ base GEMM itself runs, hence the Hopper habits here (shared/PLATFORM.md: they re
 - **Tensor descriptors** (TMA): ``tl.make_tensor_descriptor`` for P, Q and out, so tiles arrive by the bulk
   copy engine and out-of-range rows and columns are zero-filled (loads) or dropped (stores) by the hardware.
   A descriptor needs 16-byte aligned base and row strides and a unit last stride: :func:`tma_compatible`
-  checks, and :mod:`kernels.lora` falls back to a general path otherwise. L, E, T are small and loaded with
-  masked pointer loads (any strides, any r).
+  checks, and :mod:`kernels.lora` falls back to a general path otherwise. E and T are small and loaded with
+  masked pointer loads (any strides, any r); L by descriptor where its layout allows (:func:`_l_mode`).
 - **Persistent grid**: one program per SM loops over output tiles; no launch tail of partial waves.
 - **Tile order** (:class:`kernels.configs.GemmConfig` ``order``): ``"grouped"`` walks tiles ``pid, pid +
   programs, …`` in GROUP_M super-rows (neighbouring programs share W tiles in L2). ``"rows"`` hands each
@@ -392,10 +392,10 @@ def input_precision(dtype: torch.dtype) -> str:
 
 
 def _l_mode(shrink: torch.Tensor) -> int:
-    # How the main loop reads L [Kr, r]: by tensor descriptor when a layout allows one (1: stored as [r, Kr]
+    # How a producer reads L [Kr, r]: by tensor descriptor when a layout allows one (1: stored as [r, Kr]
     # rows, A in the forward; 2: stored as [Kr, r] rows, B in the backward, needs r·e a multiple of 16 bytes),
-    # else by masked pointer loads (0). On an H100 the pointer-loaded shrink cost ≈ 80 µs at 8192×4096×4096
-    # (+21% of the GEMM, against the +6% its MMA work predicts).
+    # else by masked pointer loads (0). (When the shrink ran in the tiles' main loop, pointer-loaded L cost
+    # ≈ 80 µs more at 8192×4096×4096 on an H100; not re-measured for the producers.)
     if tma_compatible(shrink.t()):
         return 1
     if tma_compatible(shrink):
