@@ -155,7 +155,7 @@ def fused_dx_pays(M: int, K: int, device: torch.device) -> bool:
 def _backward(mode, dy2, x2, weight, lora_a, lora_b, ts, scale, need_dx, config_override):
     """``(dX, dA, dB)``, dX None unless ``need_dx``. ``mode``: ``"torch"`` (cuBLAS, then ``addmm_``),
     ``"epilogue"`` (s·u by cuBLAS, the dX GEMM adds s·u A in its epilogue) or ``"fused"`` (the dX GEMM also
-    computes s·u = s·dY B in its main loop)."""
+    computes s·u = s·dY B, in producer programs of its launch)."""
     dx = None
     if need_dx and mode != "torch" and fused_dx_pays(x2.shape[0], x2.shape[1], x2.device):
         if not tma_compatible(dy2):
