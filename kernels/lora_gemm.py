@@ -465,9 +465,9 @@ def lowrank_gemm(
 
     ``p`` [M, Kr]; ``q`` [Nc, Kr] if ``q_kmajor`` else [Kr, Nc]; ``shrink`` (L) [Kr, r] and ``expand`` (E)
     [r, Nc] as strided views (any strides); ``t``: a precomputed Tₛ [M, r] (then the shrink is skipped, and
-    ``shrink`` and ``scale`` are unused), else Tₛ is computed by producer programs of the launch and returned. ``config`` must
-    be complete; P and Q must be :func:`tma_compatible`. The grid and constexprs come from :func:`_plan`
-    (cached per shape), the launch from :class:`kernels.fast_launch.CachedLauncher`.
+    ``shrink`` and ``scale`` are unused), else Tₛ is computed by producer programs of the launch and
+    returned. ``config`` must be complete; P and Q must be :func:`tma_compatible`. The grid and constexprs
+    come from :func:`_plan` (cached per shape), the launch from :class:`kernels.fast_launch.CachedLauncher`.
     """
     M, KR = p.shape
     NC = q.shape[0] if q_kmajor else q.shape[1]
