@@ -17,14 +17,16 @@ it), the add (reads two, writes one): ≈ 5 extra M×N-sized passes, ≈ +40%.
     dB = s·dYᵀ t = dYᵀ (s·t)   ([N, r]: a reduction over M)
 
 Saved: x (the frozen base linear saves it too) and s·t [M, r] (M·r·e bytes: 256 KB at M = 8192, r = 16); A,
-B, W are parameters. Nothing is recomputed: t comes from the forward. Passes over dY: the dX GEMM reads
-dY; u = dY B either comes from producer programs of the same launch (v3, ``"fused"``: they stream dY's row
-blocks while the tiles run the GEMM) or is its own pass (v2, ``"epilogue"``), which for a large dY also
-computes dB (:mod:`kernels.lora_skinny`: one read of dY for both); else dB reads dY once more (cuBLAS); dA
-reads x once (the base backward never reads x, so that pass is new work no fusion of the existing kernels
-removes). So 2 (v3, its producers reading beside the GEMM) or 3 (v2) passes over dY, 1 over x:
-≈ 2–3 · 64 MB extra at the shape above, ≈ 43–64 µs at 3 TB/s; the backward's floor is the base dX GEMM
-+ ~5%. dA and dB use cuBLAS (deterministic: no atomics, fixed reduction order).
+B, W are parameters. Nothing is recomputed: t comes from the forward. Passes over dY: the dX GEMM reads dY.
+v3 (``"fused"``): producer programs of the same launch, on SMs of their own, stream dY's row blocks for
+s·u = s·dY B while the tiles run the GEMM, then (r ≤ 16) stream it once more, in column strips, for dB; their
+passes ride beside the GEMM (the launch: 375 µs against 371 without dB, cuBLAS's dY W 347, at the shape
+above). v2 (``"epilogue"``): s·u is its own pass, which for a large dY also computes dB
+(:mod:`kernels.lora_skinny`: one read of dY for both); else dB reads dY once more (cuBLAS). dA reads x once
+(the base backward never reads x, so that pass is new work no fusion of the base GEMMs removes; cuBLAS,
+≈ 38 µs at the shape above: the v3 producers have no time left for it). So outside the dX launch: 1 pass
+over x (v3, r ≤ 16) up to 2 over dY and 1 over x (v2), ≈ 20–64 µs at 3 TB/s. Every reduction has a fixed
+order (no atomics): the same bits every run.
 
 **The ladder** (``version=``, shared/STYLE.md point 7), each tested and timed side by side:
 
@@ -84,7 +86,7 @@ import torch.nn.functional as F
 from kernels.configs import BranchConfig, GemmConfig, resolve, tuning_key
 from kernels.launch import as_rows, cdiv, check_device, check_dtype, sm_count
 from kernels.lora_branch import branch_rule, lora_branch_
-from kernels.lora_gemm import MAX_RANK, gemm_rule, lowrank_gemm, tma_compatible
+from kernels.lora_gemm import MAX_RANK, gemm_rule, lowrank_gemm, producers_take_d, tma_compatible
 from kernels.lora_skinny import skinny_pays, skinny_products
 
 __all__ = ["VERSIONS", "choose_version", "lora_linear"]
@@ -155,13 +157,15 @@ def fused_dx_pays(M: int, K: int, device: torch.device) -> bool:
 def _backward(mode, dy2, x2, weight, lora_a, lora_b, ts, scale, need_dx, config_override):
     """``(dX, dA, dB)``, dX None unless ``need_dx``. ``mode``: ``"torch"`` (cuBLAS, then ``addmm_``),
     ``"epilogue"`` (s·u by cuBLAS, the dX GEMM adds s·u A in its epilogue) or ``"fused"`` (the dX GEMM also
-    computes s·u = s·dY B, in producer programs of its launch)."""
+    computes s·u = s·dY B, and for r ≤ 16 dB, in producer programs of its launch)."""
     dx = None
     if need_dx and mode != "torch" and fused_dx_pays(x2.shape[0], x2.shape[1], x2.device):
         if not tma_compatible(dy2):
             dy2 = dy2.contiguous()  # e.g. the expanded gradient of a .sum(): one copy, then the fast kernel
         config = backward_config(dy2, weight, lora_b, config_override, mode)
-        if mode == "fused":
+        if mode == "fused" and producers_take_d(lora_b.shape[1]):  # dB by the same launch's producers
+            dx, us, db = lowrank_gemm(dy2, weight, False, lora_b, lora_a, scale, config, g=ts)
+        elif mode == "fused":
             dx, us = lowrank_gemm(dy2, weight, False, lora_b, lora_a, scale, config)
             db = dy2.t() @ ts
         elif skinny_pays(*dy2.shape):  # s·u and dB from one pass over dY (kernels.lora_skinny)

@@ -11,6 +11,8 @@ L (shrink)   [Kr, r]           Aᵀ (A is [r, K])      B [N, r]
 E (expand)   [r, Nc]           Bᵀ (B is [N, r])      A [r, K]
 Tₛ           [M, r]            s·x Aᵀ (saved)        s·dY B (for dA)
 out          [M, Nc]           y                     dX
+G            [M, r]            —                     s·x Aᵀ (saved)
+D = Pᵀ·G     [Kr, r]           —                     dB = dYᵀ (s·t)
 ===========  ================  ====================  ===================
 
 FLOPs: 2·M·Kr·Nc (the base GEMM) + 2·M·Kr·r (the shrink) + 2·M·r·Nc (the expand). Bytes (element size s):
@@ -53,12 +55,20 @@ So the shrink now runs *beside* the GEMM, on SMs of its own, in the same launch 
   132 programs would need too. Measured there (H100, 2026-11-23, kernel times): 368–370 µs with the shrink
   fused, against 363 with T given and 347 for cuBLAS's base GEMM alone; the dX GEMM the same (368–371 against
   361). 8 producers: 445 (the tiles then take 9 rounds).
-- **Deterministic:** each Tₛ row is one program's fixed-order sum, the same bits every run.
+- **Then dB** (the backward, ``g`` given, r ≤ 16: :func:`producers_take_d`). Once their row blocks are out,
+  the producers compute D = Pᵀ·G = dYᵀ(s·t) in column strips of dY (:func:`transposed_strip`), a second pass
+  over dY on their SMs while the tiles still run. It fits because a producer's first pass ends early: one SM
+  streams ≈ 90–116 GB/s (4 producers alone read dY's 64 MB in 176 µs), and with the GEMM beside them they
+  finished at 187–193 µs of a 361–364 µs launch. Measured (H100, 2026-11-24, 8192 × 4096 × 4096): the dX
+  launch 375 µs with dB against 371 without, where cuBLAS's dB pass costs 38. At r = 32 the producers' dots
+  weigh more (380 → 407 µs), at r = 64 far more (393 → 513): there cuBLAS computes dB.
+- **Deterministic:** each Tₛ row and each D row is one program's fixed-order sum, the same bits every run.
 - **In the interpreter** programs run one after another in id order: the producer finishes every row block
   before the tile program starts, and no wait ever spins.
 
 The producer that publishes Tₛ is the forward's saved s·T (for dB = dYᵀ(s·T)); in the backward, s·u gives dA =
-(s·u)ᵀ x. Storing the *scaled* operand saves the backward two scaling passes.
+(s·u)ᵀ x (cuBLAS: the producers have no time left for a pass over x). Storing the *scaled* operand saves the
+backward two scaling passes.
 
 **Epilogue** (its small operands loaded before the K loop): ``acc += Tₛ · E_tile`` (one ``tl.dot`` of
 K-depth r; Tₛ = s·T with T rounded to the input dtype first, as a torch matmul would store it), ``+ bias``,
@@ -81,7 +91,15 @@ from kernels.fast_launch import CachedLauncher, ensure_allocator
 from kernels.launch import cdiv, next_pow2, sm_count
 from kernels.runtime import interpreting
 
-__all__ = ["MAX_RANK", "block_rank", "gemm_rule", "input_precision", "lowrank_gemm", "tma_compatible"]
+__all__ = [
+    "MAX_RANK",
+    "block_rank",
+    "gemm_rule",
+    "input_precision",
+    "lowrank_gemm",
+    "producers_take_d",
+    "tma_compatible",
+]
 
 PRODUCER_SMEM = 216 * 1024  # bytes of a producer's loads in flight (227 KB per block on an H100)
 SHRINK_PROGRAMS = 4  # producers of Tₛ in a fused launch (H100: 16 row blocks each at 8192 × 4096 × 4096)
@@ -156,6 +174,30 @@ def _shrink_loop(
 
 
 @triton.jit
+def transposed_strip(
+    p_desc, g_ptr, off_c, M, R, stride_gm, stride_gr,
+    DOT_UPCAST: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_R: tl.constexpr, STAGES: tl.constexpr,
+):  # fmt: skip
+    # D[cols] = P[:, cols]ᵀ · G, fp32 [BLOCK_C, BLOCK_R]: a column strip of P walked down all its rows
+    rs = tl.arange(0, BLOCK_R)
+    d = tl.zeros([BLOCK_C, BLOCK_R], dtype=tl.float32)
+    for mi in tl.range(0, tl.cdiv(M, BLOCK_M), num_stages=STAGES):
+        rows = mi * BLOCK_M + tl.arange(0, BLOCK_M)
+        p = p_desc.load([mi * BLOCK_M, off_c])  # rows ≥ M arrive as zeros
+        g = tl.load(
+            g_ptr + rows.to(tl.int64)[:, None] * stride_gm + rs[None, :] * stride_gr,
+            mask=(rows < M)[:, None] & (rs < R)[None, :],
+            other=0.0,
+        )
+        if DOT_UPCAST:
+            p = p.to(tl.float32)
+            g = g.to(tl.float32)
+        d = tl.dot(p.T, g, d, input_precision=INPUT_PRECISION)
+    return d
+
+
+@triton.jit
 def _is_ready(flag_ptr):
     # Has the producer published this row block's Tₛ? (acquire: its stores are visible after a 1)
     return tl.atomic_cas(flag_ptr, 1, 1, sem="acquire") == 1
@@ -185,10 +227,12 @@ def _await_ts(t_ptr, t_offs, t_mask, flag_ptr, ready, ts):
 
 @triton.jit
 def _lowrank_gemm_kernel(
-    p_ptr, q_ptr, l_ptr, e_ptr, bias_ptr, t_ptr, flag_ptr, out_ptr,
+    p_ptr, q_ptr, l_ptr, e_ptr, bias_ptr, t_ptr, flag_ptr, out_ptr, g_ptr, d_ptr,
     M, NC, KR, R, scale, GEMM_PROGRAMS,
     stride_pm, stride_q, stride_om, stride_lk, stride_lr, stride_er, stride_en, stride_tm, stride_tr,
+    stride_gm, stride_gr, stride_dk, stride_dr,
     Q_KMAJOR: tl.constexpr, SHRINK: tl.constexpr, SHRINK_PROGRAMS: tl.constexpr, L_MODE: tl.constexpr,
+    PRODUCE_D: tl.constexpr,
     HAS_BIAS: tl.constexpr, ORDER_ROWS: tl.constexpr,
     DOT_UPCAST: tl.constexpr, INPUT_PRECISION: tl.constexpr,
     WARP_SPECIALIZE: tl.constexpr,
@@ -227,6 +271,21 @@ def _lowrank_gemm_kernel(
             )
             tl.debug_barrier()  # every thread's stores issued before the flag is released
             tl.atomic_xchg(flag_ptr + pid_m, 1, sem="release")
+        if PRODUCE_D:
+            # Then D = Pᵀ·G ([Kr, r]: the backward's dB = dYᵀ(s·t)), column strips pid, pid + S, … of P, each
+            # a fixed-order sum by one program. A pass of its own over P, in the time the tiles still need.
+            for strip in range(pid, tl.cdiv(KR, SHRINK_BLOCK_K), SHRINK_PROGRAMS):
+                off_c = strip * SHRINK_BLOCK_K
+                d = transposed_strip(
+                    ps_desc, g_ptr, off_c, M, R, stride_gm, stride_gr,
+                    DOT_UPCAST, INPUT_PRECISION, BLOCK_M, SHRINK_BLOCK_K, BLOCK_R, SHRINK_STAGES,
+                )  # fmt: skip
+                cs = off_c + tl.arange(0, SHRINK_BLOCK_K)
+                tl.store(
+                    d_ptr + cs[:, None] * stride_dk + rs[None, :] * stride_dr,
+                    d.to(dtype),
+                    mask=(cs < KR)[:, None] & r_mask[None, :],
+                )
     else:
         gemm_pid = pid - SHRINK_PROGRAMS if SHRINK else pid
         p_desc = tl.make_tensor_descriptor(p_ptr, [M, KR], [stride_pm, 1], [BLOCK_M, BLOCK_K])
@@ -417,16 +476,23 @@ def programs_split(num_tiles: int, num_pid_m: int, num_sms: int, fused: bool) ->
     return cdiv(num_tiles, rounds), shrink
 
 
+def producers_take_d(r: int) -> bool:
+    """Whether the backward's dX launch also computes dB = dYᵀ(s·t) in its producers (``g``): a second pass
+    over dY on their few SMs, which fits beside the GEMM only while their first pass is bandwidth-bound."""
+    return block_rank(r) <= 16
+
+
 def _producer_loads(block_m: int, block_r: int, itemsize: int) -> tuple[tuple[str, int], tuple[str, int]]:
     """A producer's loads: ``[block_m, SHRINK_BLOCK_K]`` tiles of P (128 columns in 16-bit, 64 in fp32) with
-    their L tiles, as many in flight as :data:`PRODUCER_SMEM` holds, 2 to 6 (bf16, r = 16: 6 × 36 KB)."""
+    their L tiles (or, for D, their G tiles), as many in flight as :data:`PRODUCER_SMEM` holds, 2 to 6 (bf16,
+    r = 16: 6 × 36 KB)."""
     block_k = 128 if itemsize <= 2 else 64
-    stage = (block_m + block_r) * block_k * itemsize
+    stage = (block_m * block_k + max(block_k, block_m) * block_r) * itemsize
     return ("SHRINK_BLOCK_K", block_k), ("SHRINK_STAGES", max(2, min(6, PRODUCER_SMEM // stage)))
 
 
 @functools.lru_cache(maxsize=1024)
-def _plan(M, NC, KR, R, dtype, num_sms, q_kmajor, fused, l_mode, has_bias, precision, c: GemmConfig) -> tuple:
+def _plan(M, NC, KR, R, dtype, num_sms, q_kmajor, fused, l_mode, produce_d, has_bias, precision, c) -> tuple:
     """Everything a launch derives from shapes and config (once per shape key): grid and constexprs."""
     num_pid_m = cdiv(M, c.block_m)
     gemm_programs, shrink_programs = programs_split(
@@ -436,7 +502,7 @@ def _plan(M, NC, KR, R, dtype, num_sms, q_kmajor, fused, l_mode, has_bias, preci
         raise ValueError("GemmConfig: warp_specialize needs Tₛ precomputed (a fused shrink's tiles may wait)")
     constexprs = (
         ("Q_KMAJOR", q_kmajor), ("SHRINK", fused), ("SHRINK_PROGRAMS", shrink_programs), ("L_MODE", l_mode),
-        ("HAS_BIAS", has_bias), ("ORDER_ROWS", c.order == "rows"),
+        ("PRODUCE_D", produce_d), ("HAS_BIAS", has_bias), ("ORDER_ROWS", c.order == "rows"),
         ("DOT_UPCAST", _INTERPRET and dtype == torch.bfloat16), ("INPUT_PRECISION", precision),
         ("WARP_SPECIALIZE", bool(c.warp_specialize)),
         ("BLOCK_M", c.block_m), ("BLOCK_N", c.block_n), ("BLOCK_K", c.block_k), ("BLOCK_R", block_rank(R)),
@@ -460,14 +526,17 @@ def lowrank_gemm(
     *,
     t: torch.Tensor | None = None,
     bias: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    g: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, ...]:
     """``out = P·Q + bias + Tₛ·E`` with ``Tₛ = s·(P·L)``, returning ``(out, Tₛ)``; arguments already checked.
 
     ``p`` [M, Kr]; ``q`` [Nc, Kr] if ``q_kmajor`` else [Kr, Nc]; ``shrink`` (L) [Kr, r] and ``expand`` (E)
     [r, Nc] as strided views (any strides); ``t``: a precomputed Tₛ [M, r] (then the shrink is skipped, and
     ``shrink`` and ``scale`` are unused), else Tₛ is computed by producer programs of the launch and
-    returned. ``config`` must be complete; P and Q must be :func:`tma_compatible`. The grid and constexprs
-    come from :func:`_plan` (cached per shape), the launch from :class:`kernels.fast_launch.CachedLauncher`.
+    returned. ``g`` G [M, r] (with the shrink fused only): the producers also compute ``D = Pᵀ·G`` [Kr, r],
+    returned third, ``(out, Tₛ, D)``. ``config`` must be complete; P and Q must be :func:`tma_compatible`.
+    The grid and constexprs come from :func:`_plan` (cached per shape), the launch from
+    :class:`kernels.fast_launch.CachedLauncher`.
     """
     M, KR = p.shape
     NC = q.shape[0] if q_kmajor else q.shape[1]
@@ -477,9 +546,14 @@ def lowrank_gemm(
     fused = t is None
     if fused:
         t = torch.empty((M, R), device=device, dtype=dtype)
+    elif g is not None:
+        raise ValueError(
+            "lowrank_gemm: g (for D = Pᵀ·G) needs the shrink fused (t=None): producers compute D"
+        )
+    d = torch.empty((KR, R), device=device, dtype=dtype) if g is not None else None
     grid, gemm_programs, num_pid_m, constexprs = _plan(
         M, NC, KR, R, dtype, sm_count(device), q_kmajor, fused, _l_mode(shrink) if fused else 0,
-        bias is not None, input_precision(dtype), config,
+        g is not None, bias is not None, input_precision(dtype), config,
     )  # fmt: skip
     # one flag per row block, raised by the producer that publishes its Tₛ
     flags = torch.zeros(num_pid_m, device=device, dtype=torch.int32) if fused else out
@@ -489,11 +563,13 @@ def lowrank_gemm(
         grid,
         (
             p, q, shrink, expand, bias if bias is not None else out, t, flags, out,
+            g if g is not None else out, d if d is not None else out,
             M, NC, KR, R, float(scale), gemm_programs,
             p.stride(0), q.stride(0), out.stride(0), *shrink.stride(), *expand.stride(), *t.stride(),
+            *(g.stride() if g is not None else (0, 0)), *(d.stride() if d is not None else (0, 0)),
         ),
         constexprs,
         config.num_warps,
         config.num_stages,
     )  # fmt: skip
-    return out, t
+    return (out, t) if d is None else (out, t, d)

@@ -21,7 +21,7 @@ from kernels.configs import CANDIDATES, tune
 from kernels.launch import sm_count
 from kernels.lora import backward_key, forward_key
 from kernels.lora_branch import branch_rule, lora_branch_
-from kernels.lora_gemm import gemm_rule, lowrank_gemm
+from kernels.lora_gemm import gemm_rule, lowrank_gemm, producers_take_d
 from kernels.runtime import default_device, interpreting
 
 __all__ = ["pretune"]
@@ -52,6 +52,7 @@ def _tune_shape(M: int, K: int, N: int, r: int, dtype: torch.dtype, bias: bool) 
     b0 = torch.randn(N, device=device).to(dtype) if bias else None
     dy = torch.randn(M, N, device=device).to(dtype)
     y = torch.empty(M, N, device=device, dtype=dtype)
+    ts = torch.randn(M, r, device=device).to(dtype)  # the saved s·t: the dX launch makes dB from it
     sms, shape = sm_count(device), (M, K, N, r)
     runs = [
         (
@@ -64,7 +65,7 @@ def _tune_shape(M: int, K: int, N: int, r: int, dtype: torch.dtype, bias: bool) 
             "backward dX",
             backward_key(dy, w, b, "fused"),
             _candidates(gemm_rule(M, K, N, r, dtype, sms), "gemm"),
-            lambda c: lowrank_gemm(dy, w, False, b, a, 0.5, c),
+            lambda c: lowrank_gemm(dy, w, False, b, a, 0.5, c, g=ts if producers_take_d(r) else None),
         ),
         (
             "branch v1",

@@ -89,8 +89,9 @@ def test_every_version_matches_reference(version, shape, dtype, tol, seed, poiso
 @pytest.mark.parametrize("order", ["rows", "grouped"])
 @pytest.mark.parametrize("dtype, tol", DTYPES)
 def test_persistent_programs_share_tiles(order, dtype, tol, seed, poison_empty, monkeypatch):
-    # As on a GPU with 3 SMs: one producer computes s·x Aᵀ for the 3 row blocks, two programs walk the 3 × 4
+    # As on a GPU with 3 SMs: one producer computes s·x Aᵀ for the 3 row blocks, two programs walk the 3 × 9
     # tiles of 16 × 16 (rows order: runs of 4 N-tiles; grouped: one by one), each reading its row block's s·t.
+    # In the backward the producer then computes dB = dYᵀ(s·t) too, in column strips of dY (2 to 3 here).
     monkeypatch.setattr(lora_gemm_module, "sm_count", lambda device: 3)
     monkeypatch.setattr(lora_module, "fused_dx_pays", lambda M, K, device: True)  # a GPU would take cuBLAS
     launches = []
@@ -101,9 +102,32 @@ def test_persistent_programs_share_tiles(order, dtype, tol, seed, poison_empty, 
         lambda grid, args, ce, *rest: launches.append((grid, dict(ce))) or launch(grid, args, ce, *rest),
     )
     config = GemmConfig(block_m=16, block_n=16, block_k=16, group_m=2, order=order)
-    _check(*_inputs(45, 32, 64, 5, dtype), tol, version="v3", fwd_config=config, bwd_config=config)
-    # the forward and the backward's dX: both with the shrink fused, 1 producer + 2 tile programs
-    assert [(grid, ce["SHRINK"], ce["SHRINK_PROGRAMS"]) for grid, ce in launches] == [((3,), True, 1)] * 2
+    _check(*_inputs(45, 32, 136, 5, dtype), tol, version="v3", fwd_config=config, bwd_config=config)
+    # the forward and the backward's dX: both with the shrink fused, 1 producer + 2 tile programs; the
+    # backward's producer makes dB as well
+    assert [(grid, ce["SHRINK"], ce["SHRINK_PROGRAMS"], ce["PRODUCE_D"]) for grid, ce in launches] == [
+        ((3,), True, 1, False),
+        ((3,), True, 1, True),
+    ]
+
+
+@pytest.mark.parametrize("dtype, tol", DTYPES)
+def test_producers_compute_d(dtype, tol, seed, poison_empty):
+    # lowrank_gemm's third product D = Pᵀ·G by the producers, beside out and Tₛ, against float64; D's column
+    # strips end mid-strip (C = 200), its rows mid-block (M = 45), r = 3 is padded to 16.
+    from kernels.lora_gemm import gemm_rule, lowrank_gemm
+
+    device = runtime.default_device()
+    p, q = torch.randn(45, 200, device=device).to(dtype), torch.randn(200, 24, device=device).to(dtype)
+    lt, e, g = (torch.randn(*s, device=device).to(dtype) for s in ((3, 200), (3, 24), (45, 3)))
+    config = gemm_rule(45, 24, 200, 3, dtype, 1)
+    out, ts, d = lowrank_gemm(p, q, False, lt.t(), e, 0.5, config, g=g)
+    _close(d, p.double().t() @ g.double(), tol, "D")
+    _close(ts, 0.5 * (p.double() @ lt.t().double()), tol, "Tₛ")
+    _close(out, p.double() @ q.double() + ts.double() @ e.double(), tol, "out")
+    assert torch.equal(lowrank_gemm(p, q, False, lt.t(), e, 0.5, config, g=g)[2], d)  # one program per strip
+    with pytest.raises(ValueError, match="needs the shrink fused"):
+        lowrank_gemm(p, q, False, lt.t(), e, 0.5, config, t=ts, g=g)
 
 
 def test_producers_get_sms_of_their_own():
