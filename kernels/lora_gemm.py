@@ -226,15 +226,6 @@ def _await_ts(t_ptr, t_offs, t_mask, flag_ptr, ready, ts):
 
 
 @triton.jit
-def _lower_flag(flag_ptr, count_ptr, consumers):
-    # A unit of tiles has seen its row block's flag up. The last of the row block's ``consumers`` units lowers
-    # it again (and its count): flags are zero between launches, so their buffer is reused without a memset.
-    if tl.atomic_add(count_ptr, 1, sem="relaxed") == consumers - 1:
-        tl.atomic_xchg(count_ptr, 0, sem="relaxed")
-        tl.atomic_xchg(flag_ptr, 0, sem="relaxed")
-
-
-@triton.jit
 def _lowrank_gemm_kernel(
     p_ptr, q_ptr, l_ptr, e_ptr, bias_ptr, t_ptr, flag_ptr, out_ptr, g_ptr, d_ptr,
     M, NC, KR, R, scale, GEMM_PROGRAMS,
@@ -343,8 +334,6 @@ def _lowrank_gemm_kernel(
                             acc, ts, e, bias_ptr, out_desc, off_m, off_n, NC,
                             HAS_BIAS, DOT_UPCAST, INPUT_PRECISION, BLOCK_M, BLOCK_N,
                         )  # fmt: skip
-                if SHRINK:
-                    _lower_flag(flag_ptr + pid_m, flag_ptr + num_pid_m + pid_m, units_n)
         else:
             # Grouped order, every tile on its own. ``warp_specialize``: Triton's producer (TMA loads) and
             # consumer (wgmma, epilogue) warps (T precomputed only: a tile that may wait has no such split).
@@ -365,7 +354,6 @@ def _lowrank_gemm_kernel(
                 )
                 if SHRINK:
                     ts = _await_ts(t_ptr, t_offs, t_mask, flag_ptr + pid_m, ready, ts)
-                    _lower_flag(flag_ptr + pid_m, flag_ptr + num_pid_m + pid_m, num_pid_n)
                 _epilogue(
                     acc, ts, e, bias_ptr, out_desc, off_m, off_n, NC,
                     HAS_BIAS, DOT_UPCAST, INPUT_PRECISION, BLOCK_M, BLOCK_N,
@@ -525,22 +513,6 @@ def _plan(M, NC, KR, R, dtype, num_sms, q_kmajor, fused, l_mode, produce_d, has_
 
 
 _launch = CachedLauncher(_lowrank_gemm_kernel)
-_FLAGS: dict[tuple, torch.Tensor] = {}
-
-
-def _flag_buffer(device: torch.device, num_pid_m: int) -> torch.Tensor:
-    """Row-block flags (raised by the producer that publishes the row block's Tₛ) and their consumer counts:
-    ``2 · num_pid_m`` int32, zero before and after every launch (:func:`_lower_flag`). One buffer per device
-    and stream (launches on one stream run one after another, so they can share it), kept: no memset per
-    launch. While a CUDA graph is being captured, a fresh zeroed buffer instead (its memset is captured with
-    the launch, and the graph never shares memory with launches outside it)."""
-    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-        return torch.zeros(2 * num_pid_m, device=device, dtype=torch.int32)
-    key = (device, torch.cuda.current_stream(device).stream_id if device.type == "cuda" else None)
-    flags = _FLAGS.get(key)
-    if flags is None or flags.numel() < 2 * num_pid_m:
-        flags = _FLAGS[key] = torch.zeros(max(2 * num_pid_m, 1024), device=device, dtype=torch.int32)
-    return flags
 
 
 def lowrank_gemm(
@@ -583,7 +555,8 @@ def lowrank_gemm(
         M, NC, KR, R, dtype, sm_count(device), q_kmajor, fused, _l_mode(shrink) if fused else 0,
         g is not None, bias is not None, input_precision(dtype), config,
     )  # fmt: skip
-    flags = _flag_buffer(device, num_pid_m) if fused else out
+    # one flag per row block, raised by the producer that publishes its Tₛ
+    flags = torch.zeros(num_pid_m, device=device, dtype=torch.int32) if fused else out
     if not _INTERPRET:
         ensure_allocator()
     _launch(

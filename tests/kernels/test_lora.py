@@ -94,14 +94,12 @@ def test_persistent_programs_share_tiles(order, dtype, tol, seed, poison_empty, 
     # In the backward the producer then computes dB = dYᵀ(s·t) too, in column strips of dY (2 to 3 here).
     monkeypatch.setattr(lora_gemm_module, "sm_count", lambda device: 3)
     monkeypatch.setattr(lora_module, "fused_dx_pays", lambda M, K, device: True)  # a GPU would take cuBLAS
-    launches, launch_args = [], []
+    launches = []
     launch = lora_gemm_module._launch
     monkeypatch.setattr(
         lora_gemm_module,
         "_launch",
-        lambda grid, args, ce, *rest: (
-            launches.append((grid, dict(ce))) or launch_args.append(args) or launch(grid, args, ce, *rest)
-        ),
+        lambda grid, args, ce, *rest: launches.append((grid, dict(ce))) or launch(grid, args, ce, *rest),
     )
     config = GemmConfig(block_m=16, block_n=16, block_k=16, group_m=2, order=order)
     _check(*_inputs(45, 32, 136, 5, dtype), tol, version="v3", fwd_config=config, bwd_config=config)
@@ -111,9 +109,6 @@ def test_persistent_programs_share_tiles(order, dtype, tol, seed, poison_empty, 
         ((3,), True, 1, False),
         ((3,), True, 1, True),
     ]
-    # both launches used the one kept flag buffer, and its last consumers left every flag and count at zero
-    flags = lora_gemm_module._FLAGS[(torch.device(runtime.default_device()), None)]
-    assert launches and all(args[6] is flags for args in launch_args) and not flags.any()
 
 
 @pytest.mark.parametrize("dtype, tol", DTYPES)
