@@ -37,31 +37,37 @@ order (no atomics): the same bits every run.
   from a cuBLAS pass over x. Backward: s·u = s·dY B by cuBLAS, the dX GEMM adds s·u A in its epilogue
   (``"epilogue"`` mode), dA and dB by cuBLAS.
 - ``v3`` the shrink fused too: producer programs of the same launch compute s·t on SMs of their own (one
-  kernel for the whole forward; the dX GEMM's producers compute s·u likewise). **The default.**
+  kernel for the whole forward; the dX GEMM's producers compute s·u likewise, then dB for r ≤ 16).
+  **The default.**
 
 Measured (``benchmarks/bench_lora.py``, H100, bf16, torch 2.11, triton 3.6, the committed CSV of 2026-11-24
-(device date); overhead over the frozen base linear, fwd / fwd+bwd): 8192×4096×4096 r16: v3 +6.0% / +15.7%,
-v2 +14% / +22%, unsloth-style +27% / +39%, eager +51% / +60%; r64: v3 +10.5% / +19.6%; 16384×4096×14336 r16:
-v2 +6.2% / +0.9%, v3 +6.3% / +2.3% (v3 fwd+bwd +6.6% in a run an hour earlier); 512×4096×4096 r16: v3 +39% /
-+74%. Where the rest goes, in kernel times of the same evening (``.gpu``-style probes, median device time):
+(device date); overhead over the frozen base linear, fwd / fwd+bwd): 8192×4096×4096 r16: v3 +5.7% / +10.8%,
+v2 +13% / +22%, unsloth-style +26% / +38%, eager +50% / +58%; r64: v3 +9.7% / +18.7%; 16384×4096×14336 r16:
+v2 +4.3% / +2.9%, v3 +5.5% / −0.4%; 512×4096×4096 r16: v3 +38% / +65%. (A run minutes later with one change,
+since reverted for no measurable gain, flags kept in a buffer instead of zeroed per launch: 8192 r16 fwd+bwd
++11.5%, r64 +20.0%, 16384 +1.5%.) Where the rest goes, in kernel times (``.gpu``-style probes, median device
+time, H100, 2026-11-23 and -24):
 
 - the base GEMM with the expand in its epilogue, s·t given: 363 µs (runs of 2 N-tiles, see
   :func:`kernels.lora_gemm.gemm_rule`) against cuBLAS's 347 (+5%); grouped order 367, warp-specialized 367,
-  the loop nest flattened 440 (earlier that day). The dX GEMM likewise 361 against 345; at 16384×4096×14336
-  the forward GEMM is +4–5%, the dX GEMM −1.6 to +0.6%.
-- the shrink: 368–370 µs for the whole fused forward GEMM, its producers on 4 SMs of their own (see
+  the loop nest flattened 440. The dX GEMM likewise 361 against 345; at 16384×4096×14336 the forward GEMM is
+  +4–5%, the dX GEMM −1.6 to +0.6%.
+- the shrink: 368–372 µs for the whole fused forward GEMM, its producers on 4 SMs of their own (see
   :mod:`kernels.lora_gemm`); before, in the tiles' main loop, 386. v2's separate shrink pass is 30–40 µs.
-- the backward (v3): the dX GEMM makes s·u in its producers (368–371 µs); dA = (s·u)ᵀ x and dB = dYᵀ (s·t)
-  by cuBLAS, ≈ 38 µs each: together the 15 points of fwd+bwd overhead left at 8192×4096×4096 r16 beside the
-  two GEMMs' +5–6% each. v2: s·u and dB from one pass over dY (:mod:`kernels.lora_skinny`) where dY is large
-  (16384×14336: 230 µs against cuBLAS's two passes, 340).
+- the backward (v3, r16): the dX launch makes s·u and dB in its producers (375 µs; 371 without dB, whose
+  cuBLAS pass costs 38); dA = (s·u)ᵀ x by cuBLAS, 38 µs. What is left at 8192×4096×4096 r16: the two
+  launches' excess over cuBLAS's GEMMs (≈ 20 and 28 µs) and dA. A column-strip Triton pass for dA (TMA loads,
+  32–128 programs, several tile shapes) ran at 36–40 µs, the same ≈ 1.8 TB/s as cuBLAS, so dA stays cuBLAS.
+  At r = 64 the producers' dots weigh more and dB stays a cuBLAS pass (see :mod:`kernels.lora_gemm`). v2: s·u
+  and dB from one pass over dY (:mod:`kernels.lora_skinny`) where dY is large (16384×14336: 230 µs against
+  cuBLAS's two passes, 340).
 - host time: ``kernel[grid](...)`` costs ≈ 45–65 µs of Python per launch of the persistent GEMM (Triton 3.6's
   binder and cache key) against F.linear's ≈ 15–20, so every Triton kernel here launches through
   :class:`kernels.fast_launch.CachedLauncher` (the compiled kernel's own launcher, kept per exact argument
-  key: ≈ 28 µs), with grid and constexprs computed once per shape. The CSV's host µs column: v3 forward 108 µs
-  per call at 8192×4096×4096 r16 (F.linear 16), v3 fwd+bwd 911 against 794 µs of device time (base fwd+bwd
-  118): the rest is torch's (autograd.grad of a Python ``Function``, the small cuBLAS calls). At M = 512 the
-  device needs 0.04–0.1 ms, so fwd+bwd is host-bound (v3 host 557 µs against 97 µs of device time). CUDA
+  key: ≈ 28 µs), with grid and constexprs computed once per shape. The CSV's host µs column: v3 forward 104 µs
+  per call at 8192×4096×4096 r16 (F.linear 17), v3 fwd+bwd 666 against 773 µs of device time (base fwd+bwd
+  109): the rest is torch's (autograd.grad of a Python ``Function``, the small cuBLAS calls). At M = 512 the
+  device needs 0.04–0.1 ms, so fwd+bwd is host-bound (v3 host 570 µs against 97 µs of device time). CUDA
   graphs (``torch.cuda.graphs``) remove it for a fixed shape.
 
 **General path.** v2/v3 need tensor descriptors: x and W with unit last stride and 16-byte aligned rows
