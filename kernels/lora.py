@@ -24,9 +24,10 @@ passes ride beside the GEMM (the launch: 375 µs against 371 without dB, cuBLAS'
 above). v2 (``"epilogue"``): s·u is its own pass, which for a large dY also computes dB
 (:mod:`kernels.lora_skinny`: one read of dY for both); else dB reads dY once more (cuBLAS). dA reads x once
 (the base backward never reads x, so that pass is new work no fusion of the base GEMMs removes; cuBLAS,
-≈ 38 µs at the shape above: the v3 producers have no time left for it). So outside the dX launch: 1 pass
-over x (v3, r ≤ 16) up to 2 over dY and 1 over x (v2), ≈ 20–64 µs at 3 TB/s. Every reduction has a fixed
-order (no atomics): the same bits every run.
+≈ 38 µs at the shape above: the v3 producers have no time left for it). So outside the dX launch v3 reads
+x once (dA), and dY once more above r = 16 (dB); v2 reads x once and dY once or twice. Each such pass over a
+64 MB operand takes cuBLAS ≈ 38 µs here (≈ 1.8 TB/s; a Triton pass measured no faster). Every reduction has
+a fixed order (no atomics): the same bits every run.
 
 **The ladder** (``version=``, shared/STYLE.md point 7), each tested and timed side by side:
 
