@@ -24,10 +24,15 @@ passes ride beside the GEMM (the launch: 375 µs against 371 without dB, cuBLAS'
 above). v2 (``"epilogue"``): s·u is its own pass, which for a large dY also computes dB
 (:mod:`kernels.lora_skinny`: one read of dY for both); else dB reads dY once more (cuBLAS). dA reads x once
 (the base backward never reads x, so that pass is new work no fusion of the base GEMMs removes; cuBLAS,
-≈ 38 µs at the shape above: the v3 producers have no time left for it). So outside the dX launch v3 reads
+≈ 38 µs at the shape above). The v3 producers have no time left for it, measured (H100, 2026-11-24): dA in
+column strips of x after their s·u pass took the launch from 366 to 433 µs, and dB summed during the s·u pass
+(one fp32 share per producer, read, added to and written back at every K step) to 539; a producer's SM
+streams ≈ 100 GB/s, as many bytes as its shared memory keeps in flight. So outside the dX launch v3 reads
 x once (dA), and dY once more above r = 16 (dB); v2 reads x once and dY once or twice. Each such pass over a
-64 MB operand takes cuBLAS ≈ 38 µs here (≈ 1.8 TB/s; a Triton pass measured no faster). Every reduction has
-a fixed order (no atomics): the same bits every run.
+64 MB operand takes cuBLAS ≈ 38 µs under the benchmark's timer (≈ 1.8 TB/s; a Triton pass measured no
+faster), 31 µs once L2 holds no dirty lines: the timer's L2 flush (a 256 MB write) leaves lines that the
+pass must write back first, and right after the dX launch (which leaves dX's) it takes 34. Every reduction
+has a fixed order (no atomics): the same bits every run.
 
 **The ladder** (``version=``, shared/STYLE.md point 7), each tested and timed side by side:
 
@@ -51,8 +56,12 @@ time, H100, 2026-11-23 and -24):
 
 - the base GEMM with the expand in its epilogue, s·t given: 363 µs (runs of 2 N-tiles, see
   :func:`kernels.lora_gemm.gemm_rule`) against cuBLAS's 347 (+5%); grouped order 367, warp-specialized 367,
-  the loop nest flattened 440. The dX GEMM likewise 361 against 345; at 16384×4096×14336 the forward GEMM is
-  +4–5%, the dX GEMM −1.6 to +0.6%.
+  the loop nest flattened 440. Of that gap the expand's rank-16 dot is ≈ 4 µs (357 without it, 361 with,
+  2026-11-24; before the K loop instead of after, 363): the rest is the GEMM itself. Also swept that day,
+  none faster than the rule: GROUP_M 4 (365) and 16 (368), BLOCK_K 32 with 4 or 6 stages (417–419),
+  256 × 128 tiles (406–412); clusters (``num_ctas=2``) do not compile with these descriptors in triton 3.6,
+  BLOCK_K 128 at 2 stages needs 236 KB of shared memory. The dX GEMM likewise 361 against 345; at
+  16384×4096×14336 the forward GEMM is +4–5%, the dX GEMM −1.6 to +0.6%.
 - the shrink: 368–372 µs for the whole fused forward GEMM, its producers on 4 SMs of their own (see
   :mod:`kernels.lora_gemm`); before, in the tiles' main loop, 386. v2's separate shrink pass is 30–40 µs.
 - the backward (v3, r16): the dX launch makes s·u and dB in its producers (375 µs; 371 without dB, whose

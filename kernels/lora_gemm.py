@@ -67,8 +67,8 @@ So the shrink now runs *beside* the GEMM, on SMs of its own, in the same launch 
   before the tile program starts, and no wait ever spins.
 
 The producer that publishes Tₛ is the forward's saved s·T (for dB = dYᵀ(s·T)); in the backward, s·u gives dA =
-(s·u)ᵀ x (cuBLAS: the producers have no time left for a pass over x). Storing the *scaled* operand saves the
-backward two scaling passes.
+(s·u)ᵀ x (cuBLAS: the producers have no time left for a pass over x, measured in :mod:`kernels.lora`).
+Storing the *scaled* operand saves the backward two scaling passes.
 
 **Epilogue** (its small operands loaded before the K loop): ``acc += Tₛ · E_tile`` (one ``tl.dot`` of
 K-depth r; Tₛ = s·T with T rounded to the input dtype first, as a torch matmul would store it), ``+ bias``,
