@@ -145,6 +145,23 @@ def _tbe_fwd_kernel(
 
 
 @triton.jit
+def _entry_row(
+    flat_ptr, table_offsets_ptr, bag_of_entry_ptr, e, live, F, bag_size, FIXED_BAG: tl.constexpr
+):  # fmt: skip
+    # Entries e (where `live`): their bag, their global row in the packed weight, and whether the id lies
+    # inside its table (bag b belongs to table b % F).
+    ids = tl.load(flat_ptr + e, mask=live, other=0)
+    if FIXED_BAG:
+        bag = e // bag_size
+    else:
+        bag = tl.load(bag_of_entry_ptr + e, mask=live, other=0)
+    f = bag % F
+    base = tl.load(table_offsets_ptr + f, mask=live, other=0)
+    size = tl.load(table_offsets_ptr + f + 1, mask=live, other=0) - base
+    return bag, base + ids, live & (ids >= 0) & (ids < size)
+
+
+@triton.jit
 def _tbe_rows_kernel(
     flat_ptr, table_offsets_ptr, bag_of_entry_ptr, rows_ptr, nnz, F, bag_size, num_rows,
     FIXED_BAG: tl.constexpr, BLOCK: tl.constexpr,
@@ -152,14 +169,10 @@ def _tbe_rows_kernel(
     # The sort key of every entry: its global row, or the sentinel num_rows for an id outside its table.
     e = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = e < nnz
-    ids = tl.load(flat_ptr + e, mask=mask, other=0)
-    if FIXED_BAG:
-        f = (e // bag_size) % F
-    else:
-        f = tl.load(bag_of_entry_ptr + e, mask=mask, other=0) % F
-    base = tl.load(table_offsets_ptr + f, mask=mask, other=0)
-    size = tl.load(table_offsets_ptr + f + 1, mask=mask, other=0) - base
-    row = tl.where((ids >= 0) & (ids < size), base + ids, num_rows)
+    _, row, inside = _entry_row(
+        flat_ptr, table_offsets_ptr, bag_of_entry_ptr, e, mask, F, bag_size, FIXED_BAG
+    )
+    row = tl.where(inside, row, num_rows)
     tl.store(rows_ptr + e, row.to(rows_ptr.dtype.element_ty), mask=mask)
 
 
@@ -187,21 +200,15 @@ def _tbe_atomic_sgd_kernel(
 ):  # fmt: skip
     # SGD without the sort: every entry adds -lr·c_e·dout[bag] to its row, atomically (arrival order).
     e = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    live = e < nnz
-    ids = tl.load(flat_ptr + e, mask=live, other=0)
-    if FIXED_BAG:
-        bag = e // bag_size
-    else:
-        bag = tl.load(bag_of_entry_ptr + e, mask=live, other=0)
-    f = bag % F
-    base = tl.load(table_offsets_ptr + f, mask=live, other=0)
-    size = tl.load(table_offsets_ptr + f + 1, mask=live, other=0) - base
-    ok = live & (ids >= 0) & (ids < size)  # an out-of-range id updates nothing
+    # ok false: an id outside its table, which updates nothing
+    bag, row, ok = _entry_row(
+        flat_ptr, table_offsets_ptr, bag_of_entry_ptr, e, e < nnz, F, bag_size, FIXED_BAG
+    )
     cols = tl.arange(0, BLOCK_D)
     tile_mask = ok[:, None] & (cols < D)[None, :]
     g = _entry_gradient(grad_ptr, offsets_ptr, bag, ok, tile_mask, cols, bag_size, stride_g, FIXED_BAG, MEAN)
     lr = tl.load(lr_ptr)
-    w_ptrs = weight_ptr + (base + ids)[:, None] * stride_w + cols[None, :]
+    w_ptrs = weight_ptr + row[:, None] * stride_w + cols[None, :]
     tl.atomic_add(w_ptrs, -lr * g, mask=tile_mask, sem="relaxed")
 
 

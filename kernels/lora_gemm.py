@@ -316,17 +316,9 @@ def _lowrank_gemm_kernel(
                         e = _load_e(e_ptr, off_n, NC, R, stride_er, stride_en, BLOCK_N, BLOCK_R)
                         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
                         acc = _main_loop(
-                            p_desc,
-                            q_desc,
-                            off_m,
-                            off_n,
-                            KR,
-                            acc,
-                            Q_KMAJOR,
-                            DOT_UPCAST,
-                            INPUT_PRECISION,
-                            BLOCK_K,
-                        )
+                            p_desc, q_desc, off_m, off_n, KR, acc,
+                            Q_KMAJOR, DOT_UPCAST, INPUT_PRECISION, BLOCK_K,
+                        )  # fmt: skip
                         if SHRINK:
                             ts = _await_ts(t_ptr, t_offs, t_mask, flag_ptr + pid_m, ready, ts)
                             ready = tl.full([], 1, tl.int1)
