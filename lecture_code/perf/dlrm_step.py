@@ -23,6 +23,11 @@ order the lecture applies them (each a named builder, validated against eager in
   (built and captured under ``torch.set_float32_matmul_precision("high")``, restored after): not a fusion but
   a precision change (a 10-bit mantissa for the products, fp32 sums), the setting most fp32 training runs on
   a GPU use. Every other row keeps torch's default, ``"highest"`` (fp32 FMA matmuls).
+- ``fused + MLP SGD in backward, atomic SGD, CUDA graph`` (and its ``TF32`` twin): instead of the compiled
+  MLPs and optimizer step, each MLP layer applies SGD to itself inside its backward, ``W.addmm_(gᵀ, x,
+  alpha=−lr)`` on a CUDA stream of its own, beside the chain of dX GEMMs
+  (:mod:`lecture_code.perf.mlp_sgd_in_backward`); the loss (forward and backward: about 15 tiny kernels
+  eager) and the modulus hash (six) compiled; the step joins the streams after backward.
   Why no fp32-accurate row on tensor cores (3xTF32: each product from three TF32 products,
   ``tl.dot(input_precision="tf32x3")``): plain Triton GEMMs on the step's 20 MLP GEMM shapes (batch 2048,
   each timed alone, best of 5–8 tiles, H100, 2026-11-24) sum to 362 µs against cuBLAS fp32's 333, with
@@ -50,6 +55,7 @@ from lecture_code.data import Batch
 from lecture_code.environment import matmul_precision
 from lecture_code.model import DLRM, DLRMConfig
 from lecture_code.model import fused as _fused  # noqa: F401  (define the Triton kernels outside `with device`)
+from lecture_code.perf.mlp_sgd_in_backward import sgd_in_backward
 from lecture_code.perf.step_timing import Variant, time_interleaved
 from lecture_code.training import make_graphed_train_step, make_optimizers, make_train_step
 from lecture_code.triton_cpu.internals import gpu_sleep
@@ -74,6 +80,8 @@ IMPLEMENTATIONS = (
     "fused + compiled MLPs, CUDA graph",
     "fused + compiled MLPs, atomic SGD, CUDA graph",
     "fused + compiled MLPs, atomic SGD, TF32, CUDA graph",
+    "fused + MLP SGD in backward, atomic SGD, CUDA graph",
+    "fused + MLP SGD in backward, atomic SGD, TF32, CUDA graph",
 )
 GPU_ONLY = {name for name in IMPLEMENTATIONS if "CUDA graph" in name}
 COMPILES = {name for name in IMPLEMENTATIONS if "compile" in name}
@@ -162,6 +170,12 @@ def _build_step(name: str, config: DLRMConfig, device: torch.device, example: Ba
         opts = (torch.optim.SGD(model.dense_parameters(), lr=lr), None)
     else:
         opts = make_optimizers(model, "sgd", lr)
+    if "MLP SGD in backward" in name:  # no torch optimizer at all: every update runs inside backward
+        join = sgd_in_backward(model, lr)  # the two MLPs' layers (the model's only nn.Linear)
+        model.sparse_arch.hashes.compile()  # six elementwise kernels → one, at the head of the forward
+        loss_fn = torch.compile(nn.functional.binary_cross_entropy_with_logits)
+        step = make_graphed_train_step(model, (None, None), example, loss_fn=loss_fn, after_backward=join)
+        return step, model
     if "compiled MLPs" in name:
         model.dense_arch.compile()
         model.over_arch.compile()

@@ -41,6 +41,10 @@ STEPS: dict[str, str] = {
     "fused + compiled MLPs, atomic SGD, TF32, CUDA graph": (
         "and the MLP matmuls on TF32 tensor cores: a precision change"
     ),
+    "fused + MLP SGD in backward, atomic SGD, CUDA graph": (
+        "fp32 again; MLP SGD inside the backward, beside the dX chain; loss and hash compiled"
+    ),
+    "fused + MLP SGD in backward, atomic SGD, TF32, CUDA graph": "and the MLP matmuls on TF32 again",
 }
 """Each implementation of :data:`~lecture_code.perf.dlrm_step.IMPLEMENTATIONS`, in the lecture's order, with
 what it changes over the step before it."""

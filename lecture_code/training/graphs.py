@@ -44,11 +44,12 @@ def _state_tensors(model: torch.nn.Module) -> list[torch.Tensor]:
 
 
 def make_graphed_train_step(
-    model: torch.nn.Module, optimizer, example_batch, warmup: int = 2
+    model: torch.nn.Module, optimizer, example_batch, warmup: int = 2, *, loss_fn=None, after_backward=None
 ) -> Callable[[object], torch.Tensor]:
     """``step(batch) -> loss``: the loop's step (:func:`~lecture_code.training.make_train_step`) replayed
     from one CUDA graph. ``optimizer``: one optimizer or a sequence (``None`` entries skipped);
-    ``example_batch``: a batch of the size every later batch has (``dense``, ``sparse``, ``label``).
+    ``example_batch``: a batch of the size every later batch has (``dense``, ``sparse``, ``label``);
+    ``loss_fn``, ``after_backward``: as in :func:`~lecture_code.training.make_train_step`.
     Raises on a model that is not on a GPU."""
     from lecture_code.training.train import make_train_step  # the same step, captured
 
@@ -60,7 +61,8 @@ def make_graphed_train_step(
         if isinstance(opt, torch.optim.Adam):
             for group in opt.param_groups:
                 group["capturable"] = True
-    step = make_train_step(model, opts, compile_model=False)
+    loss_fn = loss_fn or torch.nn.functional.binary_cross_entropy_with_logits
+    step = make_train_step(model, opts, compile_model=False, loss_fn=loss_fn, after_backward=after_backward)
     static = type(example_batch)(*(t.clone() for t in example_batch))
 
     saved_model = [t.detach().clone() for t in _state_tensors(model)]
@@ -91,7 +93,7 @@ def make_graphed_train_step(
         opt.zero_grad(set_to_none=True)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        static_loss = _captured_step(model, opts, static)
+        static_loss = _captured_step(model, opts, static, loss_fn, after_backward)
 
     def graphed_step(batch) -> torch.Tensor:
         for dst, src in zip(static, batch, strict=True):
@@ -105,10 +107,12 @@ def make_graphed_train_step(
     return graphed_step
 
 
-def _captured_step(model, opts, batch) -> torch.Tensor:
+def _captured_step(model, opts, batch, loss_fn, after_backward) -> torch.Tensor:
     """The step without ``zero_grad``: captured gradients are written, not accumulated, by each replay."""
-    loss = torch.nn.functional.binary_cross_entropy_with_logits(model(batch.dense, batch.sparse), batch.label)
+    loss = loss_fn(model(batch.dense, batch.sparse), batch.label)
     loss.backward()
+    if after_backward is not None:
+        after_backward()  # e.g. joins the streams the backward forked: a capture must end on one stream
     for opt in opts:
         opt.step()
     return loss.detach()

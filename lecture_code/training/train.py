@@ -128,15 +128,18 @@ def build(cfg: TrainConfig, info: DistInfo | None = None):
     return train_split, holdout_split, model, optimizers, device
 
 
-def make_train_step(model, optimizer, compile_model: bool = False):
+def make_train_step(model, optimizer, compile_model: bool = False, *, loss_fn=None, after_backward=None):
     """``step(batch) -> loss`` (detached, on the device): zero grads, forward + BCE loss, backward, step.
 
     ``optimizer``: one optimizer or a sequence of them (``None`` entries skipped: the fused backend's tables
     have none, their update runs inside ``backward``). ``compile_model``: ``torch.compile`` forward + loss.
+    ``loss_fn(logits, label)``: the loss (default ``F.binary_cross_entropy_with_logits``, mean);
+    ``after_backward()``: called after ``loss.backward()``, before the optimizers step (e.g. the ``join`` of
+    :func:`lecture_code.perf.mlp_sgd_in_backward.sgd_in_backward`).
     """
     items = optimizer if isinstance(optimizer, (list, tuple)) else [optimizer]
     optimizers = [o for o in items if o is not None]
-    loss_fn = torch.nn.BCEWithLogitsLoss()
+    loss_fn = loss_fn or torch.nn.functional.binary_cross_entropy_with_logits
 
     def forward_loss(dense, sparse, label):
         return loss_fn(model(dense, sparse), label)
@@ -148,6 +151,8 @@ def make_train_step(model, optimizer, compile_model: bool = False):
             opt.zero_grad(set_to_none=True)
         loss = forward(batch.dense, batch.sparse, batch.label)
         loss.backward()  # the fused backend's tables are updated here
+        if after_backward is not None:
+            after_backward()
         for opt in optimizers:
             opt.step()
         return loss.detach()
