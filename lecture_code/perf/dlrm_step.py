@@ -79,8 +79,8 @@ IMPLEMENTATIONS = (
     "fused, CUDA graph",
     "fused + compiled MLPs, CUDA graph",
     "fused + compiled MLPs, atomic SGD, CUDA graph",
-    "fused + compiled MLPs, atomic SGD, TF32, CUDA graph",
     "fused + MLP SGD in backward, atomic SGD, CUDA graph",
+    "fused + compiled MLPs, atomic SGD, TF32, CUDA graph",
     "fused + MLP SGD in backward, atomic SGD, TF32, CUDA graph",
 )
 GPU_ONLY = {name for name in IMPLEMENTATIONS if "CUDA graph" in name}

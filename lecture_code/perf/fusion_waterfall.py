@@ -38,13 +38,13 @@ STEPS: dict[str, str] = {
     "fused + compiled MLPs, atomic SGD, CUDA graph": (
         "and the tables' SGD by atomic adds: no sort, not bit-reproducible"
     ),
-    "fused + compiled MLPs, atomic SGD, TF32, CUDA graph": (
-        "and the MLP matmuls on TF32 tensor cores: a precision change"
-    ),
     "fused + MLP SGD in backward, atomic SGD, CUDA graph": (
-        "fp32 again; MLP SGD inside the backward, beside the dX chain; loss and hash compiled"
+        "MLPs eager again, each layer's SGD inside its backward beside the dX chain; loss and hash compiled"
     ),
-    "fused + MLP SGD in backward, atomic SGD, TF32, CUDA graph": "and the MLP matmuls on TF32 again",
+    "fused + compiled MLPs, atomic SGD, TF32, CUDA graph": (
+        "the compiled-MLP step again, its MLP matmuls on TF32 tensor cores: a precision change"
+    ),
+    "fused + MLP SGD in backward, atomic SGD, TF32, CUDA graph": "the SGD-in-backward step on TF32",
 }
 """Each implementation of :data:`~lecture_code.perf.dlrm_step.IMPLEMENTATIONS`, in the lecture's order, with
 what it changes over the step before it."""
