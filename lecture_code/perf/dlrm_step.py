@@ -23,17 +23,17 @@ order the lecture applies them (each a named builder, validated against eager in
   (built and captured under ``torch.set_float32_matmul_precision("high")``, restored after): not a fusion but
   a precision change (a 10-bit mantissa for the products, fp32 sums), the setting most fp32 training runs on
   a GPU use. Every other row keeps torch's default, ``"highest"`` (fp32 FMA matmuls).
-- ``fused + MLP SGD in backward, atomic SGD, CUDA graph`` (and its ``TF32`` twin): instead of the compiled
-  MLPs and optimizer step, each MLP layer applies SGD to itself inside its backward, ``W.addmm_(gᵀ, x,
-  alpha=−lr)`` on a CUDA stream of its own, beside the chain of dX GEMMs
-  (:mod:`lecture_code.perf.mlp_sgd_in_backward`); the loss (forward and backward: about 15 tiny kernels
-  eager) and the modulus hash (six) compiled; the step joins the streams after backward.
   Why no fp32-accurate row on tensor cores (3xTF32: each product from three TF32 products,
   ``tl.dot(input_precision="tf32x3")``): plain Triton GEMMs on the step's 20 MLP GEMM shapes (batch 2048,
   each timed alone, best of 5–8 tiles, H100, 2026-11-24) sum to 362 µs against cuBLAS fp32's 333, with
   fp32-like errors (largest relative error 1–4·10⁻⁷, cuBLAS fp32 up to 8·10⁻⁷, TF32 3·10⁻⁴–10⁻³); TF32
   cuBLAS 233, Triton TF32 250. At these sizes a GEMM takes 6–45 µs, much of it latency, and three TF32
   products cost about what one FMA product does (``.gpu``-style probe, not a committed benchmark).
+- ``fused + MLP SGD in backward, atomic SGD, CUDA graph`` (and its ``TF32`` twin): instead of the compiled
+  MLPs and optimizer step, each MLP layer applies SGD to itself inside its backward, ``W.addmm_(gᵀ, x,
+  alpha=−lr)`` on a CUDA stream of its own, beside the chain of dX GEMMs
+  (:mod:`lecture_code.perf.mlp_sgd_in_backward`); the loss (forward and backward: about 15 tiny kernels
+  eager) and the modulus hash (six) compiled; the step joins the streams after backward.
 
 :func:`measure` times them interleaved (:func:`~lecture_code.perf.step_timing.time_interleaved`: wall time
 per step in a loop that never syncs, its spread over repeats) and, separately, GPU time and host time of one
