@@ -31,7 +31,7 @@ order the lecture applies them (each a named builder, validated against eager in
   products cost about what one FMA product does (``.gpu``-style probe, not a committed benchmark).
 - ``fused + MLP SGD in backward, atomic SGD, CUDA graph`` (and its ``TF32`` twin): instead of the compiled
   MLPs and optimizer step, each MLP layer applies SGD to itself inside its backward, ``W.addmm_(gᵀ, x,
-  alpha=−lr)`` on a CUDA stream of its own, beside the chain of dX GEMMs
+  alpha=−lr)`` on a side stream (two, alternating between consecutive layers), beside the chain of dX GEMMs
   (:mod:`lecture_code.perf.mlp_sgd_in_backward`); the loss (forward and backward: about 15 tiny kernels
   eager) and the modulus hash (six) compiled; the step joins the streams after backward.
 
@@ -55,6 +55,7 @@ from lecture_code.data import Batch
 from lecture_code.environment import matmul_precision
 from lecture_code.model import DLRM, DLRMConfig
 from lecture_code.model import fused as _fused  # noqa: F401  (define the Triton kernels outside `with device`)
+from lecture_code.perf.gpu_memory import allocate_shared_workspaces, footprint_bytes
 from lecture_code.perf.mlp_sgd_in_backward import sgd_in_backward
 from lecture_code.perf.step_timing import Variant, time_interleaved
 from lecture_code.training import make_graphed_train_step, make_optimizers, make_train_step
@@ -232,7 +233,7 @@ class StepResult:
     gpu_ms: float | None  # the GPU's time for one step, host hidden (GPU only)
     host_ms: float  # the host's time to issue one step (on a CPU: the whole step)
     samples_per_s: float
-    state_mib: float | None  # what the implementation keeps on the GPU: weights, grads, optimizer, graph pool
+    state_mib: float | None  # what it keeps on the GPU: weights, grads, optimizer, graph pool (see measure)
     peak_mib: float | None  # state + the most one step holds on top
     error: str = ""
 
@@ -270,8 +271,16 @@ def measure(
 ) -> list[StepResult]:
     """Build each implementation once, then per id distribution time them all interleaved. Implementations
     that fail to build or run become rows with ``error`` set (the message), not a crash; past ``deadline``
-    (``time.monotonic()``) the remaining ones are skipped, with that as their error."""
+    (``time.monotonic()``) the remaining ones are skipped, with that as their error.
+
+    Memory (GPU, :mod:`lecture_code.perf.gpu_memory`): ``state_mib`` is what building and warming a row adds
+    to ``footprint_bytes`` (a graph's pool counted whole), after ``allocate_shared_workspaces`` (so the main
+    stream's cuBLAS workspaces are charged to no row: each row has one main stream; side streams' workspaces
+    are charged to their row); ``peak_mib`` adds the most one step allocates on top (the memory profiler;
+    0 for a graph replay)."""
     gpu = device.type == "cuda"
+    if gpu:
+        allocate_shared_workspaces(device)
     first = next(iter(batches.values()))[0]
     built: dict[str, tuple[Callable, float | None]] = {}
     errors: dict[str, str] = {}
@@ -281,13 +290,13 @@ def measure(
             continue
         t0 = time.monotonic()
         try:
-            before = torch.cuda.memory_allocated(device) if gpu else 0
+            before = footprint_bytes(device) if gpu else 0
             step, _ = build_step(name, config, device, first)
             for _ in range(max(warmup, 1)):
                 step(first)  # compile, optimizer state, graph pool: all resident from here on
             if gpu:
                 torch.cuda.synchronize(device)
-            state = (torch.cuda.memory_allocated(device) - before) / 2**20 if gpu else None
+            state = (footprint_bytes(device) - before) / 2**20 if gpu else None
             built[name] = (step, state)
             log(f"built {name!r} in {time.monotonic() - t0:.1f} s")
         except Exception as exc:  # noqa: BLE001 — a benchmark reports what failed and goes on

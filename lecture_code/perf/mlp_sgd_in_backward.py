@@ -1,4 +1,4 @@
-"""The MLPs' SGD inside their backward, off the critical path: each layer's update on a stream of its own.
+"""The MLPs' SGD inside their backward, off the critical path: each layer's update on a side stream.
 
 After the fused kernels and one CUDA graph, the fp32 DLRM step (Kaggle preset, batch 2048) is a chain of small
 cuBLAS GEMMs that one after another leave most of the GPU idle. The backward of a linear layer
@@ -8,19 +8,22 @@ plain SGD, as the table-batched embedding does for the tables:
 
 - **SGD in the backward.** ``W ← W − lr·gᵀx`` is ONE GEMM, ``W.addmm_(gᵀ, x, alpha=−lr)`` (cuBLAS adds the
   product into W: no dW tensor, no optimizer pass), and ``b ← b − lr·Σg`` one compiled reduction (on a GPU).
-- **Beside the chain.** Each layer owns a stream. Its backward enqueues dX on the current stream first (dX
-  reads W before the update writes it), forks its stream there, and enqueues the update on it: the updates
-  run beside the dX GEMMs of the layers below and beside each other, on the SMs those leave idle.
+- **Beside the chain.** A layer's backward enqueues dX on the current stream first (dX reads W before the
+  update writes it), forks a side stream there, and enqueues the update on it: the updates run beside the dX
+  GEMMs of the layers below, on the SMs those leave idle. Consecutive layers alternate over ``streams`` side
+  streams (two by default), so each update also runs beside the next layer's.
 - **One join.** :func:`sgd_in_backward` returns ``join``, which the step calls after ``loss.backward()``
-  (every stream merged back into the current one); a CUDA graph captures the forks and the join.
+  (every side stream merged back into the current one); a CUDA graph captures the forks and the join.
 
 Measured on an H100 (``.gpu``-style probes, 2026-11-24, fp32, Kaggle preset, batch 2048, one CUDA graph per
 step; the committed numbers are the benchmark's): against the compiled MLPs and their compiled optimizer step
 (0.40 ms/step), the updates on one side stream shared by all layers gave 0.38; with the loss compiled as well,
-one stream per MLP 0.357 (0.344 with the hash compiled too), one stream per layer 0.346 (so here; the
-benchmark's row compiles the hash as well). Each stream costs cuBLAS a workspace of its own: a stream per
-layer took 225 MiB more than one per MLP. The weights after one step match the compiled-MLP step's to 5·10⁻⁷
-(updates of 2·10⁻²).
+one stream per MLP 0.357 (0.344 with the hash compiled too), one stream per layer 0.346. Each stream costs
+a cuBLAS workspace of 32 MiB (PyTorch keeps one per stream, never freed), so the count was measured too, with
+the benchmark row's loss and hash compiled (2026-11-24, uniform / zipf ids, memory the step keeps on top of
+the tables): one stream per layer 0.3345 / 0.3358 ms and 225 MiB, two alternating 0.3341 / 0.3352 ms and 65
+MiB, one per MLP 0.3498 / 0.3499 ms and 65 MiB, one for all 0.361 / 0.358 ms. The weights after one step
+match the compiled-MLP step's to 5·10⁻⁷ (updates of 2·10⁻²).
 
 Plain SGD only (no momentum or weight decay: their state would need a pass of its own), and ``lr`` is a
 number fixed when a graph is captured (``alpha`` is recorded with the launch). The wrapped layers keep the
@@ -66,14 +69,16 @@ class _LinearSGD(torch.autograd.Function):
 
 
 class LinearSGDInBackward(nn.Module):
-    """An ``nn.Linear``'s parameters whose backward applies SGD (``lr``) to them, on a stream of its own on a
-    GPU. Its parameters must require grad (that is what makes autograd run the backward)."""
+    """An ``nn.Linear``'s parameters whose backward applies SGD (``lr``) to them, on a GPU on ``stream`` (a
+    new one if None). Its parameters must require grad (that is what makes autograd run the backward)."""
 
-    def __init__(self, linear: nn.Linear, lr: float):
+    def __init__(self, linear: nn.Linear, lr: float, stream: torch.cuda.Stream | None = None):
         super().__init__()
         self.weight, self.bias = linear.weight, linear.bias
         self.lr = float(lr)
-        self.stream = torch.cuda.Stream(self.weight.device) if self.weight.is_cuda else None
+        if stream is None and self.weight.is_cuda:
+            stream = torch.cuda.Stream(self.weight.device)
+        self.stream = stream
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return _LinearSGD.apply(x, self.weight, self.bias, self)
@@ -104,21 +109,30 @@ class LinearSGDInBackward(nn.Module):
         return f"in_features={in_features}, out_features={out_features}, lr={self.lr}"
 
 
-def sgd_in_backward(module: nn.Module, lr: float) -> Callable[[], None]:
-    """Replace every ``nn.Linear`` inside ``module`` by a :class:`LinearSGDInBackward` (in place); return
-    ``join``, to call after each ``loss.backward()`` and before anything reads the weights."""
-    layers: list[LinearSGDInBackward] = []
-    for parent in list(module.modules()):
-        for name, child in list(parent.named_children()):
-            if isinstance(child, nn.Linear):
-                layer = LinearSGDInBackward(child, lr)
-                setattr(parent, name, layer)
-                layers.append(layer)
-    if not layers:
+def sgd_in_backward(module: nn.Module, lr: float, streams: int = 2) -> Callable[[], None]:
+    """Replace every ``nn.Linear`` inside ``module`` by a :class:`LinearSGDInBackward` (in place), the i-th
+    on side stream ``i % streams`` on a GPU; return ``join``, to call after each ``loss.backward()`` and
+    before anything reads the weights."""
+    if streams < 1:
+        raise ValueError(f"sgd_in_backward: streams must be at least 1, got {streams}")
+    linears = [
+        (parent, name, child)
+        for parent in module.modules()
+        for name, child in parent.named_children()
+        if isinstance(child, nn.Linear)
+    ]
+    if not linears:
         raise ValueError(f"sgd_in_backward: no nn.Linear inside {type(module).__name__}")
+    weight = linears[0][2].weight
+    side = [torch.cuda.Stream(weight.device) for _ in range(streams)] if weight.is_cuda else [None]
+    layers = []
+    for i, (parent, name, child) in enumerate(linears):
+        layer = LinearSGDInBackward(child, lr, side[i % len(side)])
+        setattr(parent, name, layer)
+        layers.append(layer)
 
     def join() -> None:
-        for layer in layers:
+        for layer in layers[: len(side)]:  # the first layer on each side stream
             layer.join()
 
     return join

@@ -13,7 +13,11 @@ so the host cost per step becomes one ``cudaGraphLaunch``. What that needs from 
 - a warm-up on a side stream before capture (lazy state: optimizer buffers, cuBLAS workspaces, Triton
   compilations). Warm-up steps train, so the model and optimizer state are saved before and written back
   after, in place (the graph records addresses): the first replay is then the first step, bit for bit
-  what the uncaptured step would have done (tested on a GPU).
+  what the uncaptured step would have done (tested on a GPU). The saved copy goes to host memory: a copy on
+  the GPU would double the tables' memory while the step is built (2 GiB more with the Kaggle tables).
+- the warm-up runs on the stream the graph is captured on, one per device for every graph built here.
+  cuBLAS keeps a workspace per stream (32 MiB on an H100, from PyTorch's caching allocator, never freed):
+  warm-up and capture on one stream share one, where a fresh warm-up stream per graph added one per graph.
 
 The gradients become graph-owned buffers (``zero_grad(set_to_none=True)`` before capture, so the captured
 backward allocates them in the graph's pool); the returned loss is a static tensor overwritten by each replay.
@@ -31,7 +35,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-__all__ = ["make_graphed_train_step"]
+__all__ = ["capture_stream", "make_graphed_train_step"]
 
 
 def _optimizers(optimizer) -> list[torch.optim.Optimizer]:
@@ -41,6 +45,21 @@ def _optimizers(optimizer) -> list[torch.optim.Optimizer]:
 
 def _state_tensors(model: torch.nn.Module) -> list[torch.Tensor]:
     return [*model.parameters(), *model.buffers()]
+
+
+def _to_host(t: torch.Tensor) -> torch.Tensor:
+    return t.to("cpu", copy=True)  # synchronous: the warm-up must not overwrite t before it is copied
+
+
+_capture_streams: dict[torch.device, torch.cuda.Stream] = {}
+
+
+def capture_stream(device: torch.device) -> torch.cuda.Stream:
+    """The stream every graph on ``device`` is warmed up and captured on (created once)."""
+    device = torch.device("cuda", torch.cuda.current_device() if device.index is None else device.index)
+    if device not in _capture_streams:
+        _capture_streams[device] = torch.cuda.Stream(device)
+    return _capture_streams[device]
 
 
 def make_graphed_train_step(
@@ -65,12 +84,12 @@ def make_graphed_train_step(
     step = make_train_step(model, opts, compile_model=False, loss_fn=loss_fn, after_backward=after_backward)
     static = type(example_batch)(*(t.clone() for t in example_batch))
 
-    saved_model = [t.detach().clone() for t in _state_tensors(model)]
+    saved_model = [_to_host(t.detach()) for t in _state_tensors(model)]
     saved_opt = [
-        {p: {k: (v.clone() if torch.is_tensor(v) else v) for k, v in opt.state[p].items()} for p in opt.state}
+        {p: {k: _to_host(v) if torch.is_tensor(v) else v for k, v in opt.state[p].items()} for p in opt.state}
         for opt in opts
     ]
-    side = torch.cuda.Stream()
+    side = capture_stream(device)
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         for _ in range(warmup):
@@ -92,7 +111,7 @@ def make_graphed_train_step(
     for opt in opts:
         opt.zero_grad(set_to_none=True)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, stream=side):
         static_loss = _captured_step(model, opts, static, loss_fn, after_backward)
 
     def graphed_step(batch) -> torch.Tensor:

@@ -23,7 +23,9 @@ def test_takes_the_sgd_steps_of_torch_optim(device, input_grad, lead):
     new = copy.deepcopy(ref)
     join = sgd_in_backward(new, lr)
     assert [type(m) for m in new] == [LinearSGDInBackward, nn.ReLU, LinearSGDInBackward]
-    assert (new[0].stream is not None) == (device == "cuda")  # a GPU's updates run on a stream per layer
+    assert (new[0].stream is not None) == (device == "cuda")  # a GPU's updates run on side streams
+    if device == "cuda":
+        assert new[0].stream != new[2].stream  # consecutive layers alternate over two
     assert new.state_dict().keys() == ref.state_dict().keys()
     opt = torch.optim.SGD(ref.parameters(), lr=lr)
     for _ in range(3):
@@ -47,6 +49,19 @@ def test_takes_the_sgd_steps_of_torch_optim(device, input_grad, lead):
         assert q.grad is None  # no gradient tensor: the update consumed it inside backward
 
 
+@pytest.mark.gpu
+def test_layers_alternate_over_the_side_streams():
+    mlp = make_mlp(4, (8, 8, 8, 8), final_activation=False).cuda()
+    sgd_in_backward(mlp, 0.1, streams=3)
+    streams = [m.stream for m in mlp if isinstance(m, LinearSGDInBackward)]
+    assert len(streams) == 4 and len(set(streams)) == 3 and streams[3] == streams[0]
+
+
 def test_a_module_without_linear_layers_is_refused():
     with pytest.raises(ValueError, match="no nn.Linear inside ReLU"):
         sgd_in_backward(nn.ReLU(), 0.1)
+
+
+def test_streams_below_one_are_refused():
+    with pytest.raises(ValueError, match="streams must be at least 1, got 0"):
+        sgd_in_backward(make_mlp(3, (2,), final_activation=False), 0.1, streams=0)
