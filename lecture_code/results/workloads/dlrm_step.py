@@ -111,7 +111,9 @@ def build(result: ResultFile) -> Section:
         "applies the fusions: eager (sparse or dense embedding gradients), torch.compile, one packed table "
         "with SGD by `index_add_`, and ours (`fused*`: the table-batched embedding, SGD in its backward, + "
         "the fused dot interaction), each also replayed from a CUDA graph. Wall ms per step in a loop; the "
-        "GPU's and the host's time of one step measured apart; peak memory during a step.",
+        "GPU's and the host's time of one step measured apart; peak memory: what the step keeps on the GPU "
+        "(a CUDA graph's pool counted whole, side streams' cuBLAS workspaces included) plus the most one "
+        "step allocates on top.",
         result=result,
         tables=[step_table],
         goals=goals,
