@@ -16,8 +16,9 @@ so the host cost per step becomes one ``cudaGraphLaunch``. What that needs from 
   what the uncaptured step would have done (tested on a GPU). The saved copy goes to host memory: a copy on
   the GPU would double the tables' memory while the step is built (2 GiB more with the Kaggle tables).
 - the warm-up runs on the stream the graph is captured on, one per device for every graph built here.
-  cuBLAS keeps a workspace per stream (32 MiB on an H100, from PyTorch's caching allocator, never freed):
-  warm-up and capture on one stream share one, where a fresh warm-up stream per graph added one per graph.
+  PyTorch keeps cuBLAS workspaces per stream (cuBLAS's and cuBLASLt's, 32 MiB each on an H100, from its
+  caching allocator, never freed): warm-up and capture on one stream share them, where a fresh warm-up
+  stream per graph added its own for every graph built.
 
 The gradients become graph-owned buffers (``zero_grad(set_to_none=True)`` before capture, so the captured
 backward allocates them in the graph's pool); the returned loss is a static tensor overwritten by each replay.
