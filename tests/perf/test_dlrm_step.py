@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from benchmarks import bench_dlrm_step
+from kernels import runtime
 from lecture_code.environment import matmul_precision
 from lecture_code.model import DLRMConfig
 from lecture_code.perf.dlrm_step import GPU_ONLY, build_step, make_batches
@@ -22,6 +23,9 @@ def _tables(model) -> list[torch.Tensor]:
     return [state[f"sparse_arch.embeddings.{f}.weight"] for f in range(CONFIG.num_sparse)]
 
 
+@pytest.mark.skipif(
+    not runtime.interpreting(), reason="the fused kernels on CPU tensors need Triton's interpreter"
+)
 @pytest.mark.parametrize("ids", ["uniform", "zipf"])
 def test_every_cpu_implementation_takes_the_eager_sgd_step(ids):
     batches = make_batches(CONFIG, 24, 2, torch.device("cpu"), ids=ids, seed=3)

@@ -13,6 +13,7 @@ import weakref
 import pytest
 import torch
 
+from kernels import runtime
 from lecture_code import data as criteo
 from lecture_code.data import Batch
 from lecture_code.model import DLRM, DLRMConfig
@@ -27,6 +28,9 @@ from lecture_code.training.cli import main
 from lecture_code.training.train import check_config
 
 
+@pytest.mark.skipif(
+    not runtime.interpreting(), reason="the fused kernels on CPU tensors need Triton's interpreter"
+)
 def test_cli_fused_backend_trains_and_writes_an_eager_checkpoint(tiny_data, tmp_path, capsys):
     run_dir = tmp_path / "run"
     args = ["--data", str(tiny_data), "--run-dir", str(run_dir), "--device", "cpu", "--no-progress"]
