@@ -69,15 +69,14 @@ class _LinearSGD(torch.autograd.Function):
 
 
 class LinearSGDInBackward(nn.Module):
-    """An ``nn.Linear``'s parameters whose backward applies SGD (``lr``) to them, on a GPU on ``stream`` (a
-    new one if None). Its parameters must require grad (that is what makes autograd run the backward)."""
+    """An ``nn.Linear``'s parameters whose backward applies SGD (``lr``) to them: on ``stream`` beside the
+    current one (a GPU), or on the current stream if None. Its parameters must require grad (that is what
+    makes autograd run the backward)."""
 
     def __init__(self, linear: nn.Linear, lr: float, stream: torch.cuda.Stream | None = None):
         super().__init__()
         self.weight, self.bias = linear.weight, linear.bias
         self.lr = float(lr)
-        if stream is None and self.weight.is_cuda:
-            stream = torch.cuda.Stream(self.weight.device)
         self.stream = stream
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -85,12 +84,13 @@ class LinearSGDInBackward(nn.Module):
 
     @torch.no_grad()
     def apply_sgd(self, grad: torch.Tensor, x: torch.Tensor) -> None:
+        bias_sgd = _bias_sgd_compiled if grad.is_cuda else _bias_sgd
         if self.stream is None:
-            self._sgd(grad, x, _bias_sgd)
+            self._sgd(grad, x, bias_sgd)
             return
         self.stream.wait_stream(torch.cuda.current_stream(grad.device))
         with torch.cuda.stream(self.stream):
-            self._sgd(grad, x, _bias_sgd_compiled)
+            self._sgd(grad, x, bias_sgd)
         grad.record_stream(self.stream)  # freed by autograd on the current stream, still read on this one
         x.record_stream(self.stream)
 
@@ -100,7 +100,7 @@ class LinearSGDInBackward(nn.Module):
             bias_sgd(self.bias.detach(), grad, self.lr)  # the same storage, updated in place
 
     def join(self) -> None:
-        """Make the current stream wait for this layer's updates (a no-op on a CPU)."""
+        """Make the current stream wait for this layer's updates (a no-op without a stream)."""
         if self.stream is not None:
             torch.cuda.current_stream(self.weight.device).wait_stream(self.stream)
 
