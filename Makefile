@@ -2,7 +2,9 @@
 #   make lecture   set up, then execute every notebook in order, redraw the pictures cheap on this machine,
 #                  build the slides, and print a summary (python -m lecture_code.lecture)
 #   make slides    the deck: artifacts/slides/deck.html + deck.pdf from slides/deck.md, checked in headless Chromium
-#   make test      set up, then run all tests (pytest + nbval over the notebooks); .ci/run calls this
+#   make test      set up, then run all tests (pytest + nbval over the notebooks, in parallel); .ci/run calls this
+#   make setup-browser  a system Chromium + fonts for the Netron pictures and the slides (Debian, as root: apt-get;
+#                  else it says what to install); test, slides, lecture and screenshots run it first
 #   make lab       JupyterLab on your own working copy of the notebooks (lab/, git-ignored), on localhost
 SHELL := /bin/bash
 VENV ?= .venv
@@ -10,7 +12,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
 
-.PHONY: setup lecture slides test test-fast lint format bench screenshots results lab lab-reset notebooks-normalize clean
+.PHONY: setup setup-browser lecture slides test test-fast lint format bench screenshots results lab lab-reset notebooks-normalize clean
 
 setup: $(STAMP)
 
@@ -25,17 +27,37 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m pip install -q --no-deps -e .
 	touch $@
 
+# A system Chromium for Playwright (no browser download) and fonts for its pictures (wqy: Netron's shape brackets).
+# Nothing to do where lecture_code.export.netron.find_chromium finds one ($CHROMIUM if set, else one on PATH).
+# Else, on Debian as root (a fresh CI machine), apt-get installs it (about 20 s); anywhere else this says what to
+# install and goes on: the Netron and slides rendering tests then skip, saying why. LECTURE_NO_APT=1: never install.
+BROWSER_PACKAGES := chromium fonts-dejavu-core fonts-wqy-microhei
+BROWSER_NAMES := chromium chromium-browser google-chrome google-chrome-stable
+NO_BROWSER := the Netron and slides rendering steps will be skipped
+setup-browser:
+	@if [ -n "$$CHROMIUM" ]; then \
+	  [ -f "$$CHROMIUM" ] || echo "setup-browser: \$$CHROMIUM ($$CHROMIUM) is not a file: $(NO_BROWSER)"; exit 0; fi; \
+	for name in $(BROWSER_NAMES); do command -v $$name >/dev/null 2>&1 && exit 0; done; \
+	if [ -z "$$LECTURE_NO_APT" ] && [ "$$(id -u)" = 0 ] && [ -f /etc/debian_version ] && command -v apt-get >/dev/null; then \
+	  echo "setup-browser: no Chromium: apt-get install $(BROWSER_PACKAGES)"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  { timeout 600 apt-get update -q && timeout 600 apt-get install -y -q --no-install-recommends $(BROWSER_PACKAGES); } \
+	    || echo "setup-browser: apt-get failed: $(NO_BROWSER)"; \
+	else \
+	  echo "setup-browser: no Chromium (set \$$CHROMIUM, or on Debian: sudo apt-get install $(BROWSER_PACKAGES)): $(NO_BROWSER)"; \
+	fi
+
 # Notebooks into artifacts/notebooks/, pictures (GPU: full sizes into perf_screenshots/; CPU: --tiny into runs/), slides,
 # then a summary: what ran, where the outputs are, on which device, in how long. LECTURE_ARGS="--skip notebooks" …
-lecture: setup
+lecture: setup setup-browser
 	$(PY) -m lecture_code.lecture $(LECTURE_ARGS)
 
 # The deck from slides/deck.md: code cut from the sources, numbers and plots from benchmarks/results/ and
-# perf_screenshots/. Needs a Chromium for the PDF and the check (Debian: apt-get install chromium fonts-dejavu-core).
-slides: setup
+# perf_screenshots/. Needs a Chromium for the PDF and the check (setup-browser).
+slides: setup setup-browser
 	$(PY) -m lecture_code.slides --check
 
-test: setup
+test: setup setup-browser
 	$(PY) -m pytest tests notebooks --nbval-lax --nbval-sanitize-with notebooks/nbval_sanitize.cfg -p no:cacheprovider
 
 test-fast: setup
@@ -52,7 +74,7 @@ format: setup
 bench: setup
 	$(PY) -m benchmarks.bench_preprocess
 
-screenshots: setup
+screenshots: setup setup-browser
 	$(PY) -m lecture_code.perf.screenshots
 
 # RESULTS.md and the README's "Measured so far" table, from benchmarks/results/ and perf_screenshots/ sidecars.

@@ -1,19 +1,19 @@
-"""Data-parallel DLRM training: samples/s on 1 and N GPUs, eager and fused, and the scaling efficiency.
+"""Data-parallel DLRM training: samples/s on 1 and N GPUs, eager (DDP) and fused, and the scaling efficiency.
 
 Kaggle preset (bottom 13-512-256-64-16, top 367-512-256-1, D = 16) with the 26 Kaggle table sizes (33.8M rows,
 2 GiB of fp32 embeddings), SGD, uniform random ids, batch 2048 per GPU. Each world size runs in its own
 processes, started the way ``torchrun`` starts them (:mod:`lecture_code.training.launch`), each rank building
-the model and wrapping it in DDP exactly as ``python -m lecture_code.training`` does under ``torchrun``
-(:mod:`lecture_code.training.distributed`). A rank times ``steps`` training steps between two barriers; the
-slowest rank's time counts; the median over ``repeats`` such windows is reported.
+the model as ``python -m lecture_code.training`` does under ``torchrun``: ``eager`` wrapped in DDP
+(:mod:`lecture_code.training.distributed`), ``fused`` with its tables replicated and only the touched rows
+exchanged (:mod:`lecture_code.training.data_parallel`), ``fused-graph`` the same step captured whole,
+collectives included, in one CUDA graph (GPU only). A rank times ``steps`` training steps between two
+barriers; the slowest rank's time counts; the median over ``repeats`` such windows is reported.
 
     samples/s  = N · B · steps / seconds            scaling efficiency = samples/s(N) / (N · samples/s(1))
 
     python -m benchmarks.bench_ddp             # GPU: 1 and all visible GPUs (NCCL)
     python -m benchmarks.bench_ddp --quick     # CPU: 1 and 2 processes (gloo), tiny tables, batch 16: seconds
 
-The fused backend under DDP is refused by the training code (its tables would drift apart: see
-``lecture_code/training/distributed.py``), so its N-GPU rows carry that reason in ``error``.
 Prints a table; saves CSV + PNG under benchmarks/results/ddp/ (``--results-dir`` elsewhere), stamped.
 """
 
@@ -33,9 +33,11 @@ from lecture_code.model import DLRM, DLRMConfig
 from lecture_code.perf.dlrm_step import make_batches
 from lecture_code.perf.kaggle_tables import kaggle_tables
 from lecture_code.training import distributed, make_optimizers, make_train_step
+from lecture_code.training.data_parallel import make_fused_data_parallel
+from lecture_code.training.graphs import make_graphed_train_step
 from lecture_code.training.launch import spawn
 
-BACKENDS = ("eager", "fused")
+BACKENDS = ("eager", "fused", "fused-graph")
 COLUMNS = [
     "backend", "world_size", "batch_per_rank", "global_batch", "ms_per_step", "samples_per_s",
     "scaling_efficiency", "error",
@@ -46,7 +48,7 @@ COLUMNS = [
 class Spec:
     """One measurement: what every rank builds and times."""
 
-    backend: str
+    backend: str  # one of BACKENDS
     config: DLRMConfig
     batch: int
     device: str  # "cuda" or "cpu"; under several ranks cuda means cuda:LOCAL_RANK
@@ -63,21 +65,27 @@ def _sync(device: torch.device) -> None:
 
 
 def _rank_bench(spec: Spec) -> dict:
-    """Runs in each rank's process: build, wrap in DDP (several ranks), time; rank 0's row is the result."""
+    """Runs in each rank's process: build, make data-parallel (several ranks), time; rank 0's row is the
+    result."""
     info = distributed.from_environment()
+    backend, graph = spec.backend.removesuffix("-graph"), spec.backend.endswith("-graph")
     try:
-        distributed.check_distributed_config(spec.backend, False, info.world_size)
+        distributed.check_distributed_config(backend, graph, info.world_size)
     except ValueError as e:
         return {"error": str(e).split(":")[0] + " (refused by lecture_code.training.distributed)"}
     device = distributed.rank_device(info, spec.device)
     with distributed.process_group(info, device):
         torch.manual_seed(0)
         with device:  # the tables are allocated and initialised on the device
-            model = DLRM(spec.config, backend=spec.backend, embedding_optimizer="sgd", embedding_lr=spec.lr)
-        optimizers = make_optimizers(model, "sgd", spec.lr)
-        wrapped = distributed.wrap_model(model, device) if info.enabled else model
-        step = make_train_step(wrapped, list(optimizers))
+            model = DLRM(spec.config, backend=backend, embedding_optimizer="sgd", embedding_lr=spec.lr)
+        optimizers = [o for o in make_optimizers(model, "sgd", spec.lr) if o is not None]
         batches = make_batches(spec.config, spec.batch, 4, device, ids="uniform", seed=1 + info.rank)
+        after = make_fused_data_parallel(model) if info.enabled and backend == "fused" else None
+        if graph:
+            step = make_graphed_train_step(model, optimizers, batches[0], after_backward=after)
+        else:
+            wrapped = distributed.wrap_model(model, device) if info.enabled and after is None else model
+            step = make_train_step(wrapped, optimizers, after_backward=after)
         for i in range(spec.warmup):
             step(batches[i % len(batches)])
         seconds = []
@@ -162,7 +170,7 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--quick", action="store_true", help="CPU-sized run (the default on a CPU)")
     p.add_argument("--batch-size", type=int, help="per rank; default 2048 (quick: 16)")
     p.add_argument("--world-sizes", type=int, nargs="+", help="default: 1 and every visible GPU (quick: 1 2)")
-    p.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
+    p.add_argument("--backends", nargs="+", choices=BACKENDS, help="default: all (quick: no fused-graph)")
     p.add_argument("--results-dir", type=Path, help="where CSV + PNG go (default benchmarks/results)")
     args = p.parse_args(argv)
     start = time.monotonic()
@@ -180,8 +188,9 @@ def main(argv=None) -> list[dict]:
             sorted({1, gpus}),
         )
     worlds = args.world_sizes or worlds
+    backends = args.backends or [b for b in BACKENDS if not (quick and b.endswith("-graph"))]
     rows = []
-    for backend in args.backends:
+    for backend in backends:
         for n in worlds:
             if device.type == "cuda" and n > gpus:
                 raise SystemExit(f"--world-sizes {n}: only {gpus} GPU(s) visible")

@@ -1,6 +1,6 @@
 """Benchmark the one-kernel MLP ``act(relu(x W1ᵀ + b1) W2ᵀ + b2)`` against eager PyTorch and torch.compile.
 
-Two shapes of the kind the kernel is for (H small, see kernels/fused_mlp.py), swept over the row count M:
+Two shapes of the kind the kernel is for (H small, see kernels/mlp/fused_mlp.py), swept over the row count M:
 
 - ``dlrm-top-tail``: K=512 → H=256 → N=1, sigmoid (the last layers of DLRM's over-arch);
 - ``lora-rank16``: K=4096 → H=16 → N=4096, no final activation (the shape of LoRA's rank-r path).
@@ -34,7 +34,7 @@ import torch
 
 import kernels  # noqa: F401  (decides the runtime mode first)
 from kernels import reference, runtime
-from kernels.fused_mlp import fused_mlp
+from kernels.mlp.fused_mlp import fused_mlp
 from lecture_code import bench as bu
 
 # name: (tensor dtype, torch.set_float32_matmul_precision for every provider, what the matmuls run as)

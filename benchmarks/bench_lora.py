@@ -8,7 +8,7 @@ linear on the same inputs − 1; ``fwd`` is the forward alone, ``fwd+bwd`` adds 
 - ``torch.compile``: the same function compiled (default mode);
 - ``peft``: ``peft``'s LoRA ``Linear`` layer (dropout 0), where peft is importable;
 - ``unsloth-style``: ``kernels.reference.lora_linear_unsloth_order`` (``out.addmm_``, hand-written backward);
-- ``v0`` … ``v3``: the ladder of ``kernels.lora.lora_linear`` (see that module).
+- ``v0`` … ``v3``: the ladder of ``kernels.lora.linear.lora_linear`` (see that module).
 
 Columns: median device time (``lecture_code.bench.median_ms``: CUDA events, L2 flushed, host hidden), the
 overhead, the peak memory the call allocates beyond its inputs (MB), and the host µs per call.
@@ -30,7 +30,7 @@ import torch
 
 import kernels  # noqa: F401  (decides the runtime mode first)
 from kernels import reference, runtime
-from kernels.lora import lora_linear
+from kernels.lora.linear import lora_linear
 from lecture_code import bench as bu
 
 SHAPES = [(8192, 4096, 4096, 16), (8192, 4096, 4096, 64), (16384, 4096, 14336, 16), (512, 4096, 4096, 16)]

@@ -4,10 +4,10 @@ Reproduces the table of issue 11 (H100, bf16; 8 adapters, r = 16, K = N = 4096, 
 and sweeps adapters, rank and slices around it. Providers (every one checked against
 ``kernels.reference.multi_lora`` before it is timed):
 
-- ``ours`` (``kernels.multi_lora.add_multi_lora``, default path and deterministic mode, metadata built once
-  per step and reused, as a model's layers would), and ``ours fused`` / ``ours split`` / ``ours split
-  atomic`` (the paths and the non-deterministic split-K: the cost of determinism is the split row against the
-  atomic one); ``ours + meta`` builds the metadata in the call; ``meta`` is that build alone;
+- ``ours`` (``kernels.multi_lora.shrink_expand.add_multi_lora``, default path and deterministic mode,
+  metadata built once per step and reused, as a model's layers would), and ``ours fused`` / ``ours split`` /
+  ``ours split atomic`` (the paths and the non-deterministic split-K: the cost of determinism is the split row
+  against the atomic one); ``ours + meta`` builds the metadata in the call; ``meta`` is that build alone;
 - ``ours (graph)``: metadata + kernels captured in a CUDA graph, replayed (no host time);
 - ``torch loop``: one pass per adapter (``kernels.reference.multi_lora_loop_``, a host sync per adapter);
 - ``torch gather+bmm``: every token's weights gathered, two ``bmm`` (``multi_lora_gather_bmm_``), eager and
@@ -36,9 +36,10 @@ import torch
 
 import kernels  # noqa: F401  (decides the runtime mode first)
 from kernels import reference, runtime
-from kernels.multi_lora import add_multi_lora
-from kernels.multi_lora_meta import build_meta
+from kernels.multi_lora.metadata import build_meta
+from kernels.multi_lora.shrink_expand import add_multi_lora
 from lecture_code import bench as bu
+from lecture_code.results.goals import goals_for
 
 # (T, L, r, slice widths, K). The first four rows are the issue's table.
 ISSUE = [(T, 8, 16, (4096,), 4096) for T in (16, 256, 4096, 16384)]
@@ -52,9 +53,22 @@ SWEEP = [
     (16, 32, 16, (14336, 14336), 4096),  # gate, up of an MLP
 ]
 QUICK = [(4, 3, 8, (64,), 64), (33, 3, 8, (64,), 64), (17, 4, 8, (32, 16, 16), 64)]
-GOALS = {16: (10.0, None), 256: (40.0, None), 4096: (45.0, 80.0), 16384: (None, 85.0)}  # µs, % of copy
 GATHER_LIMIT_MB = 2048
 SCALE = 2.0
+
+
+def issue_goals() -> dict[int, tuple[float | None, float | None]]:
+    """``{T: (µs bound, % of copy bound)}`` for the issue's rows, read from the one goals table
+    (:mod:`lecture_code.results.goals`: keys ``"T=16 µs"``, ``"T=4096 % copy"`` …); ``None``: no goal."""
+    goals: dict[int, tuple[float | None, float | None]] = {}
+    for goal in goals_for("multi_lora"):
+        tokens, measure = goal.key.removeprefix("T=").split(" ", 1)
+        us, pct = goals.get(int(tokens), (None, None))
+        goals[int(tokens)] = (goal.bound, pct) if measure == "µs" else (us, goal.bound)
+    return goals
+
+
+GOALS = issue_goals()
 
 
 def _vllm_provider(x, a, b, ids, widths):

@@ -24,8 +24,8 @@ import torch
 
 import kernels  # noqa: F401  (decides the runtime mode first)
 from kernels import reference, runtime
-from kernels.add_mul_act import add_mul_act
-from kernels.bias_relu import bias_relu
+from kernels.pointwise.add_mul_act import add_mul_act
+from kernels.pointwise.bias_relu import bias_relu
 from lecture_code import bench as bu
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}

@@ -32,8 +32,9 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-RESULTS = REPO_ROOT / "benchmarks" / "results" / "preprocess"
+from lecture_code.paths import REPO_ROOT, RESULTS_DIR  # imports only pathlib: no weight in the child's RSS
+
+RESULTS = RESULTS_DIR / "preprocess"
 REFERENCE_ROWS_PER_S = 15_000  # facebookresearch/dlrm's Kaggle preprocessing
 GOAL_ROWS_PER_S = 500_000
 

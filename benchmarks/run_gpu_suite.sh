@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# On a GPU machine: GPU-marked tests, the kernel benchmarks and the standalone CUDA C++ tests, in one go.
-#   bash benchmarks/run_gpu_suite.sh [LOG_DIR]
+# On a GPU machine: every test (pytest + nbval, in parallel: `make test-here`), the kernel benchmarks and the
+# standalone CUDA C++ tests, in one go.
+#   bash benchmarks/run_gpu_suite.sh [LOG_DIR]          TESTS_ONLY=1: the tests alone
 # Results land under benchmarks/results/<benchmark>/ (CSV + PNG stamped with device, versions, date).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -19,8 +20,9 @@ run() {  # run NAME CMD...: tee the output to LOG_DIR/NAME.log, remember failure
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 $py -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 export TORCH_EXTENSIONS_DIR=$PWD/build/torch_extensions
-export PYTHONPATH=$PWD  # the benchmarks import lecture_code and kernels from this checkout
-run gpu_tests $py -m pytest tests -m gpu -q -rs -p no:cacheprovider
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}  # the benchmarks import lecture_code and kernels from here
+run all_tests make -s test-here PYTHON="$py"
+[ -n "${TESTS_ONLY:-}" ] && exit $status
 run bench_pointwise $py -m benchmarks.bench_pointwise
 run bench_fused_mlp $py -m benchmarks.bench_fused_mlp
 prefix=$($py -c 'import torch; print(torch.utils.cmake_prefix_path)')

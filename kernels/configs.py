@@ -25,21 +25,20 @@ the file and does not re-tune.
 Interpreter mode (CPU): :func:`tune` times candidates with a CPU clock (``time.perf_counter``), since
 ``triton.testing.do_bench`` needs a GPU driver; the call path uses the rule's single config.
 
-Pre-tune from a shell (GPU), then every later process starts tuned::
+Pre-tune the LoRA kernels from a shell (GPU), then every later process starts tuned
+(:mod:`kernels.lora.tune`)::
 
-    python -m kernels.configs tune --shape 8192,4096,4096,16 --shape 512,4096,4096,16 --dtype bfloat16
-    python -m kernels.configs show
+    python -m kernels.lora.tune tune --shape 8192,4096,4096,16 --shape 512,4096,4096,16 --dtype bfloat16
+    python -m kernels.lora.tune show
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import functools
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 import warnings
@@ -49,6 +48,7 @@ from pathlib import Path
 
 import torch
 
+from kernels.launch import next_pow2
 from kernels.runtime import interpreting
 
 __all__ = [
@@ -121,7 +121,7 @@ class GemmConfig(KernelConfig):
     grouped order, so a per-row-block operand (LoRA's ``s·x Aᵀ``) is loaded once per run instead of per tile
     while the tiles in flight still share few row and column blocks in L2. ``run_n`` (rows order only).
     ``warp_specialize``: Triton's producer/consumer warps for the K loop (``tl.range(warp_specialize=…)``);
-    only with ``s·x Aᵀ`` precomputed (a fused shrink's tiles may wait, see :mod:`kernels.lora_gemm`).
+    only with ``s·x Aᵀ`` precomputed (a fused shrink's tiles may wait, see :mod:`kernels.lora.gemm`).
     """
 
     block_m: int | None = None
@@ -158,7 +158,7 @@ class BranchConfig(KernelConfig):
 
 @dataclass(frozen=True)
 class MlpConfig(KernelConfig):
-    """The fused MLP (:mod:`kernels.fused_mlp`): a ``[block_m, block_h]`` hidden tile kept on chip.
+    """The fused MLP (:mod:`kernels.mlp.fused_mlp`): a ``[block_m, block_h]`` hidden tile kept on chip.
 
     ``block_h`` is the whole hidden width padded to a power of two (it must cover H); ``split`` as in
     :class:`BranchConfig`.
@@ -202,7 +202,7 @@ CANDIDATES: dict[str, list[KernelConfig]] = {
 
 def token_bucket(m: int) -> int:
     """The token-count bucket of ``m`` rows: the next power of two (1 for m ≤ 1)."""
-    return 1 << max(0, m - 1).bit_length()
+    return next_pow2(m)
 
 
 @functools.cache
@@ -380,36 +380,3 @@ def tune(
     (cache or _CACHE).put(key, best, best_ms)
     _RESOLVED[key] = best
     return best, timings
-
-
-def _parse_shape(text: str) -> tuple[int, int, int, int]:
-    parts = text.replace("x", ",").split(",")
-    if len(parts) != 4:
-        raise argparse.ArgumentTypeError(f"shape {text!r} must be M,K,N,r")
-    return tuple(int(p) for p in parts)  # type: ignore[return-value]
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kernels.configs", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    p_tune = sub.add_parser("tune", help="time the candidates for LoRA shapes and store the fastest")
-    p_tune.add_argument("--shape", type=_parse_shape, action="append", required=True, help="M,K,N,r")
-    p_tune.add_argument("--dtype", default="bfloat16", choices=["float32", "float16", "bfloat16"])
-    p_tune.add_argument("--bias", action="store_true", help="tune the forward with a bias")
-    sub.add_parser("show", help="print the cache file and its entries")
-    args = parser.parse_args(argv)
-    if args.command == "show":
-        print(f"cache: {default_cache().path}")
-        for key, entry in sorted(default_cache().entries().items()):
-            print(f"{key}  ->  {entry['config']['fields']}  ({entry['ms']} ms)")
-        return 0
-    from kernels.lora_tune import pretune  # lazily: the kernels import this module
-
-    for line in pretune(args.shape, getattr(torch, args.dtype), bias=args.bias):
-        print(line)
-    print(f"written to {default_cache().path}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

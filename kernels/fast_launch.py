@@ -13,11 +13,9 @@ specialized), every tensor by dtype and ``data_ptr() % 16 == 0``, plus the grid,
 stages and the current device. What is skipped: the binder, the key string, and the check that the kernel's
 global variables did not change (the kernels here read none).
 
-The one version-dependent piece is :data:`DIRECT`: ``JITFunction.run`` returns the ``CompiledKernel`` and
-``CompiledKernel[grid](*all_args)`` launches it with every argument in signature order, constexprs
-included (triton 3.6 to 3.9 alike), and an ``Autotuner`` keeps the config its last ``run`` used in
-``best_config`` (read by :class:`TunedLauncher`). Where that does not hold (an older or newer Triton, the
-interpreter, where ``run`` returns nothing), every call takes the normal path.
+What this leans on is not public Triton API: it goes through :mod:`kernels.internals` and its one version
+check (:data:`~kernels.internals.DIRECT_LAUNCH`). Where that check fails (an older or newer Triton) or under
+the interpreter (where ``run`` returns nothing), every call takes the normal path.
 """
 
 from __future__ import annotations
@@ -27,18 +25,17 @@ import threading
 import torch
 import triton
 
+from kernels.internals import (
+    DIRECT_LAUNCH,
+    autotuner_best_config,
+    autotuner_kernel,
+    compiled_runner,
+    jit_arg_names,
+)
 from kernels.runtime import interpreting
 
-__all__ = ["DIRECT", "CachedLauncher", "TunedLauncher", "ensure_allocator"]
+__all__ = ["CachedLauncher", "TunedLauncher", "ensure_allocator"]
 
-
-def _version(text: str) -> tuple[int, int]:
-    major, minor = text.split(".")[:2]
-    return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
-
-
-# The one version check: the launch protocol above was read in triton 3.6 and 3.9.
-DIRECT = (3, 6) <= _version(triton.__version__) <= (3, 9)
 MAX_ENTRIES = 512  # launch keys per kernel; beyond that the table is cleared (e.g. a new M on every call)
 
 
@@ -60,7 +57,7 @@ class CachedLauncher:
 
     def __init__(self, fn):
         self.fn = fn
-        self.enabled = DIRECT and not interpreting()  # the interpreter's run returns no compiled kernel
+        self.enabled = DIRECT_LAUNCH and not interpreting()  # the interpreter's run returns nothing
         self._runners: dict[tuple, tuple] = {}
 
     def __call__(self, grid: tuple, args: tuple, constexprs: tuple, num_warps: int, num_stages: int) -> None:
@@ -73,13 +70,14 @@ class CachedLauncher:
                 runner(*args, *tail)
                 return
         compiled = self.fn[grid](*args, **dict(constexprs), num_warps=num_warps, num_stages=num_stages)
-        if key is not None and compiled is not None and hasattr(compiled, "__getitem__"):
-            names = self.fn.arg_names[len(args) :]
+        runner = compiled_runner(compiled, grid) if key is not None else None
+        if runner is not None:
+            names = jit_arg_names(self.fn)[len(args) :]
             given = dict(constexprs)
             if set(names) == set(given):  # every remaining parameter is one of the constexprs
                 if len(self._runners) >= MAX_ENTRIES:
                     self._runners.clear()
-                self._runners[key] = (compiled[(*grid, 1, 1)[:3]], tuple(given[n] for n in names))
+                self._runners[key] = (runner, tuple(given[n] for n in names))
 
     def clear(self) -> None:
         self._runners.clear()
@@ -97,7 +95,7 @@ class TunedLauncher:
 
     def __init__(self, autotuner):
         self.autotuner = autotuner
-        self.launch = CachedLauncher(autotuner.fn)
+        self.launch = CachedLauncher(autotuner_kernel(autotuner))
         self._chosen: dict[tuple, triton.Config] = {}
 
     def __call__(self, key: tuple, grid_of, args: tuple, constexprs: tuple = ()) -> None:
@@ -105,7 +103,7 @@ class TunedLauncher:
         if config is None:
             self.autotuner[grid_of](*args, **dict(constexprs))
             if self.launch.enabled:
-                self._chosen[key] = self.autotuner.best_config  # the config it just tuned or looked up
+                self._chosen[key] = autotuner_best_config(self.autotuner)  # just tuned or looked up
             return
         meta = {**dict(constexprs), **config.kwargs}
         self.launch(grid_of(meta), args, tuple(sorted(meta.items())), config.num_warps, config.num_stages)

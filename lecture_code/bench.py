@@ -33,9 +33,8 @@ import torch
 import triton
 import triton.testing
 
-from lecture_code.triton_cpu.internals import gpu_sleep, gpu_sleep_available
-
-RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"  # what README and notebooks read
+from lecture_code.internals import gpu_sleep, gpu_sleep_available
+from lecture_code.paths import RESULTS_DIR  # what README and notebooks read
 
 
 def on_gpu(device: torch.device) -> bool:
@@ -126,7 +125,7 @@ def copy_gbps(numel: int, dtype: torch.dtype, device: torch.device) -> float:
 def compiled(fn: Callable) -> Callable:
     """A fresh ``torch.compile`` of ``fn`` specialised to the next shapes it sees (dynamo cache reset, so a
     long sweep never hits the recompile limit and silently falls back to eager)."""
-    torch._dynamo.reset()
+    torch.compiler.reset()
     return torch.compile(fn, dynamic=False)
 
 
@@ -159,7 +158,7 @@ def save(rows: list[dict], folder: str, name: str, meta: dict[str, str], root: P
 
     ``root`` defaults to ``benchmarks/results`` (the committed results); pass e.g. ``benchmarks/results/tmp``
     (git-ignored) for trial runs."""
-    out_dir = (root or RESULTS) / folder
+    out_dir = (root or RESULTS_DIR) / folder
     out_dir.mkdir(parents=True, exist_ok=True)
     slug = re.sub(r"[^A-Za-z0-9]+", "-", meta["device"]).strip("-").lower()
     path = out_dir / f"{name}_{slug}_{meta['date'][:10]}.csv"

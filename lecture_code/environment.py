@@ -6,13 +6,11 @@ import contextlib
 import platform
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import torch
 
 from kernels import runtime  # first: it sets TRITON_INTERPRET before triton is imported on a CPU
-
-REPO_ROOT = Path(__file__).resolve().parents[1]  # notebooks run in notebooks/; paths start here instead
+from lecture_code.paths import REPO_ROOT as REPO_ROOT  # notebooks' paths start here, not in notebooks/
 
 
 def device() -> torch.device:

@@ -1,28 +1,33 @@
-"""Shared test setup: kernels decide the runtime mode on import; GPU-marked tests skip cleanly on CPU; a
-Chromium for the rendering tests (Netron, slides).
+"""Shared test setup: kernels decide the runtime mode on import; GPU-marked tests skip cleanly where kernels
+do not run compiled on a GPU; a Chromium for the rendering tests (Netron, slides).
 
-Chromium: on a fresh Debian CI machine running as root, the session fixture installs it with apt (about 20 s);
-elsewhere, without Chromium, the rendering tests are skipped with the reason. Set ``LECTURE_NO_APT=1`` to
-forbid the install.
+Chromium: the rendering tests use the one that is there (``$CHROMIUM``, or one on ``PATH``) and skip,
+saying so, where there is none. Tests install nothing: ``make setup-browser`` does (``make test`` runs it
+first; on a fresh Debian CI machine running as root it apt-gets Chromium and fonts).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
-from pathlib import Path
 
 import pytest
 import torch
 
 import kernels  # noqa: F401  (sets TRITON_INTERPRET=1 on CPU machines before any kernel is defined)
+from kernels import runtime
 
 
 def pytest_collection_modifyitems(config, items):
-    if torch.cuda.is_available():
+    """``gpu``-marked tests run where kernels run compiled on a CUDA GPU and skip elsewhere, saying why;
+    also on a GPU machine where ``TRITON_INTERPRET`` is on (kernels and their tensors are then on the CPU,
+    and a GPU test there would test the interpreter)."""
+    if not torch.cuda.is_available():
+        reason = "needs a CUDA GPU (run on the device machine)"
+    elif runtime.interpreting():
+        reason = "TRITON_INTERPRET is on: Triton runs on the host, the GPU tests need it compiling (unset it)"
+    else:
         return
-    skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU (run on the device machine)")
+    skip_gpu = pytest.mark.skip(reason=reason)
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip_gpu)
@@ -39,44 +44,21 @@ def seed():
     return value
 
 
-APT_PACKAGES = ("chromium", "fonts-dejavu-core", "fonts-wqy-microhei")  # wqy: Netron's 〈〉 shape brackets
-APT_TIMEOUT_S = 600
-
-
-def _install_chromium_with_apt() -> str:
-    """Try ``apt-get install chromium`` (root on Debian only); return what happened, for a skip reason."""
-    if os.environ.get("LECTURE_NO_APT"):
-        return "LECTURE_NO_APT is set"
-    if not Path("/etc/debian_version").exists() or shutil.which("apt-get") is None:
-        return "not a Debian machine with apt-get"
-    if os.geteuid() != 0:
-        return "not root, cannot apt-get install chromium"
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    commands = (
-        ["apt-get", "update", "-q"],
-        ["apt-get", "install", "-y", "-q", "--no-install-recommends", *APT_PACKAGES],
-    )
-    try:
-        for command in commands:
-            done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=APT_TIMEOUT_S)
-            if done.returncode != 0:
-                return f"{' '.join(command)} failed: {done.stderr.strip()[-300:]}"
-    except (OSError, subprocess.TimeoutExpired) as error:
-        return f"apt-get failed: {error}"
-    return "apt-get installed chromium, yet no executable was found: check $CHROMIUM and PATH"
-
-
 @pytest.fixture(scope="session")
 def chromium() -> str:
-    """A Chromium executable (installed with apt when possible), else skip with the reason."""
-    import playwright.sync_api  # noqa: F401  (a requirement: a broken install fails here, it is not skipped)
-
+    """The system Chromium for the rendering tests (Netron, slides), else skip with the reason."""
     from lecture_code.export.netron import find_chromium
 
     path = find_chromium()
     if path is None:
-        outcome = _install_chromium_with_apt()
-        path = find_chromium()
-        if path is None:
-            pytest.skip(f"no Chromium for the rendering tests ({outcome})")
+        where = (
+            f"$CHROMIUM ({os.environ['CHROMIUM']}) is not a file"
+            if os.environ.get("CHROMIUM")
+            else "none on PATH"
+        )
+        pytest.skip(
+            f"no Chromium for the rendering tests ({where}): run `make setup-browser` or set $CHROMIUM"
+        )
+    import playwright.sync_api  # noqa: F401  (a requirement: a broken install fails here, it is not skipped)
+
     return path

@@ -21,17 +21,33 @@ Importing this module never builds or loads anything, so it is safe on a CPU mac
 :func:`bias_relu` / :func:`add_mul_relu` (or :func:`load`) compiles the extension (about a minute, cached
 by torch under ``$TORCH_EXTENSIONS_DIR``, default ``~/.cache/torch_extensions``) and raises a clear error
 where that cannot work. The ops are forward-only: no autograd formula is registered.
+
+Bad inputs: :func:`bias_relu` and :func:`add_mul_relu` check their arguments in Python before the op runs
+(:func:`check_inputs`: the checks, words and exception types of ``check_inputs`` in ``binding.cpp``), so the
+Python API never depends on the C++ throw path; the ops (``torch.ops.fused_kernels_cuda.*``) check again
+for callers that reach them directly. :func:`load` comes first: on a machine without a GPU, its error is
+the one to see.
 """
 
 from __future__ import annotations
 
 import functools
+import numbers
 import re
 from pathlib import Path
 
 import torch
 
-__all__ = ["SOURCES", "add_mul_relu", "bias_relu", "comment_block", "definition", "load"]
+__all__ = [
+    "DTYPES",
+    "SOURCES",
+    "add_mul_relu",
+    "bias_relu",
+    "check_inputs",
+    "comment_block",
+    "definition",
+    "load",
+]
 
 CUDA_DIR = Path(__file__).resolve().parent
 SOURCES = [CUDA_DIR / "pointwise.cu", CUDA_DIR / "binding.cpp"]
@@ -41,6 +57,7 @@ EXTENSION_NAME = "fused_kernels_cuda"  # also the namespace of the ops: torch.op
 # division, no transcendentals). -lineinfo maps SASS back to source lines in Nsight Compute.
 EXTRA_CUDA_CFLAGS = ["-O3", "-lineinfo"]
 EXTRA_CFLAGS = ["-O3"]
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # the storage types pointwise.cu instantiates
 
 
 def definition(name: str, path: Path | str = CUDA_DIR / "pointwise.cuh") -> str:
@@ -112,11 +129,68 @@ def load(verbose: bool = False):
     return getattr(torch.ops, EXTENSION_NAME)
 
 
+def _dims(values) -> str:
+    """``[4, 8]``: sizes or strides as binding.cpp's ``dims_str`` writes them."""
+    return "[" + ", ".join(str(int(v)) for v in values) + "]"
+
+
+def check_inputs(
+    op: str, x: torch.Tensor, bias: torch.Tensor, y: torch.Tensor | None = None, need_cuda: bool = True
+) -> None:
+    """The checks of ``check_inputs`` in ``binding.cpp``, in its order, with its words and exception types
+    (ValueError for TORCH_CHECK_VALUE, TypeError for TORCH_CHECK_TYPE); plus: every argument is a tensor."""
+    for name, t in (("x", x), ("bias", bias)) + ((("y", y),) if y is not None else ()):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if need_cuda and not x.is_cuda:
+        raise ValueError(
+            f"{op}: x must be a CUDA tensor, got one on {x.device} "
+            "(these are CUDA kernels; kernels.reference has the CPU definition)"
+        )
+    if bias.device != x.device:
+        raise ValueError(f"{op}: bias is on {bias.device} but x is on {x.device}")
+    if x.dtype not in DTYPES:
+        raise TypeError(f"{op}: dtype {x.dtype} is not supported (use float32, float16 or bfloat16)")
+    if bias.dtype != x.dtype:
+        raise TypeError(f"{op}: bias has dtype {bias.dtype} but x has {x.dtype}")
+    if x.dim() < 1:
+        raise ValueError(f"{op}: x must have at least 1 dimension, got a 0-d tensor")
+    if bias.dim() != 1 or bias.shape[0] != x.shape[-1]:
+        raise ValueError(
+            f"{op}: bias must have shape [{x.shape[-1]}] (the last dim of x, whose shape is "
+            f"{_dims(x.shape)}), got {_dims(bias.shape)}"
+        )
+    if not x.is_contiguous():
+        raise ValueError(
+            f"{op}: x must be contiguous, got shape {_dims(x.shape)} with strides {_dims(x.stride())}; "
+            "call .contiguous() first"
+        )
+    if not bias.is_contiguous():
+        raise ValueError(f"{op}: bias must be contiguous, got strides {_dims(bias.stride())}")
+    if y is not None:
+        if y.device != x.device:
+            raise ValueError(f"{op}: y is on {y.device} but x is on {x.device}")
+        if y.dtype != x.dtype:
+            raise TypeError(f"{op}: y has dtype {y.dtype} but x has {x.dtype}")
+        if y.shape != x.shape:
+            raise ValueError(f"{op}: y must have x's shape {_dims(x.shape)}, got {_dims(y.shape)}")
+        if not y.is_contiguous():
+            raise ValueError(
+                f"{op}: y must be contiguous, got strides {_dims(y.stride())}; call .contiguous() first"
+            )
+
+
 def bias_relu(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     """``relu(x + bias)`` with the CUDA kernel: ``x`` ``[..., N]`` contiguous, ``bias`` ``[N]``."""
-    return load().bias_relu(x, bias)
+    ops = load()  # first: on a machine without a GPU, that is the error to see
+    check_inputs("bias_relu", x, bias)
+    return ops.bias_relu(x, bias)
 
 
 def add_mul_relu(x: torch.Tensor, bias: torch.Tensor, y: torch.Tensor, alpha: float) -> torch.Tensor:
     """``relu(x + bias + alpha·y)`` with the CUDA kernel: ``y`` shaped like ``x``; computed in fp32."""
-    return load().add_mul_relu(x, bias, y, float(alpha))
+    ops = load()
+    check_inputs("add_mul_relu", x, bias, y)
+    if isinstance(alpha, torch.Tensor) or not isinstance(alpha, numbers.Real):
+        raise TypeError(f"add_mul_relu: alpha must be a Python number, got {type(alpha).__name__}")
+    return ops.add_mul_relu(x, bias, y, float(alpha))

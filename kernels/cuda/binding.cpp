@@ -13,39 +13,119 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
+#include <string>
+
 #include "pointwise.h"
 
 namespace fused_kernels {
 namespace {
 
-// Checks shared by every op. `need_cuda` is false for the Meta kernels (shape inference for
-// torch.compile / fake tensors), which check everything but the device.
-void check_inputs(const char* op, const at::Tensor& x, const at::Tensor& bias, const at::Tensor* y,
+// Error messages are built by hand into one std::string and passed to TORCH_CHECK_* as its only message
+// argument, so c10::str returns that string as it is and nothing goes through its ostream. Streaming
+// x.sizes() (an IntArrayRef) into TORCH_CHECK_VALUE crashed the whole process on an H100 (torch 2.11) instead
+// of raising; sizes, strides, devices and dtypes are therefore formatted here, as the Python checks in
+// kernels/cuda/__init__.py format them (the same words: tests match either).
+
+// "[4, 8]": a tensor's sizes (or strides), written digit by digit with std::to_string.
+std::string dims_str(const at::Tensor& t, bool strides) {
+  std::string s = "[";
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (d > 0) {
+      s += ", ";
+    }
+    s += std::to_string(strides ? t.stride(d) : t.size(d));
+  }
+  s += "]";
+  return s;
+}
+
+// torch's Python name of a dtype ("torch.float32"), the name the Python checks print.
+std::string dtype_str(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat:
+      return "torch.float32";
+    case at::kHalf:
+      return "torch.float16";
+    case at::kBFloat16:
+      return "torch.bfloat16";
+    case at::kDouble:
+      return "torch.float64";
+    case at::kLong:
+      return "torch.int64";
+    case at::kInt:
+      return "torch.int32";
+    case at::kShort:
+      return "torch.int16";
+    case at::kChar:
+      return "torch.int8";
+    case at::kByte:
+      return "torch.uint8";
+    case at::kBool:
+      return "torch.bool";
+    default:
+      return std::string("torch.") + c10::toString(dtype);
+  }
+}
+
+// "cuda:0", "cpu", "meta": as Python's str(tensor.device).
+std::string device_str(const at::Tensor& t) {
+  const c10::Device device = t.device();
+  std::string s;
+  switch (device.type()) {
+    case c10::DeviceType::CPU:
+      s = "cpu";
+      break;
+    case c10::DeviceType::CUDA:
+      s = "cuda";
+      break;
+    case c10::DeviceType::Meta:
+      s = "meta";
+      break;
+    default:
+      s = "device type " + std::to_string(static_cast<int>(device.type()));
+  }
+  if (device.has_index()) {
+    s += ":" + std::to_string(static_cast<int>(device.index()));
+  }
+  return s;
+}
+
+// Checks shared by every op, in the order (and with the words) of kernels/cuda/__init__.py's _check.
+// `need_cuda` is false for the Meta kernels (shape inference for torch.compile / fake tensors), which check
+// everything but the device.
+void check_inputs(const std::string& op, const at::Tensor& x, const at::Tensor& bias, const at::Tensor* y,
                   bool need_cuda) {
   if (need_cuda) {
-    TORCH_CHECK_VALUE(x.is_cuda(), op, ": x must be a CUDA tensor, got one on ", x.device(),
-                      " (these are CUDA kernels; kernels.reference has the CPU definition)");
+    TORCH_CHECK_VALUE(x.is_cuda(), op + ": x must be a CUDA tensor, got one on " + device_str(x) +
+                                       " (these are CUDA kernels; kernels.reference has the CPU definition)");
   }
-  TORCH_CHECK_VALUE(bias.device() == x.device(), op, ": bias is on ", bias.device(), " but x is on ",
-                    x.device());
+  TORCH_CHECK_VALUE(bias.device() == x.device(),
+                    op + ": bias is on " + device_str(bias) + " but x is on " + device_str(x));
   const auto dtype = x.scalar_type();
-  TORCH_CHECK_TYPE(dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16, op, ": dtype ",
-                   x.dtype(), " is not supported (use float32, float16 or bfloat16)");
-  TORCH_CHECK_TYPE(bias.scalar_type() == dtype, op, ": bias has dtype ", bias.dtype(), " but x has ",
-                   x.dtype());
-  TORCH_CHECK_VALUE(x.dim() >= 1, op, ": x must have at least 1 dimension, got a 0-d tensor");
-  TORCH_CHECK_VALUE(bias.dim() == 1 && bias.size(0) == x.size(-1), op, ": bias must have shape [",
-                    x.size(-1), "] (the last dim of x, whose shape is ", x.sizes(), "), got ", bias.sizes());
-  TORCH_CHECK_VALUE(x.is_contiguous(), op, ": x must be contiguous, got shape ", x.sizes(), " with strides ",
-                    x.strides(), "; call .contiguous() first");
-  TORCH_CHECK_VALUE(bias.is_contiguous(), op, ": bias must be contiguous, got stride ", bias.strides());
+  TORCH_CHECK_TYPE(dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16,
+                   op + ": dtype " + dtype_str(dtype) +
+                       " is not supported (use float32, float16 or bfloat16)");
+  TORCH_CHECK_TYPE(bias.scalar_type() == dtype, op + ": bias has dtype " + dtype_str(bias.scalar_type()) +
+                                                    " but x has " + dtype_str(dtype));
+  TORCH_CHECK_VALUE(x.dim() >= 1, op + ": x must have at least 1 dimension, got a 0-d tensor");
+  TORCH_CHECK_VALUE(bias.dim() == 1 && bias.size(0) == x.size(-1),
+                    op + ": bias must have shape [" + std::to_string(x.size(-1)) +
+                        "] (the last dim of x, whose shape is " + dims_str(x, false) + "), got " +
+                        dims_str(bias, false));
+  TORCH_CHECK_VALUE(x.is_contiguous(), op + ": x must be contiguous, got shape " + dims_str(x, false) +
+                                           " with strides " + dims_str(x, true) +
+                                           "; call .contiguous() first");
+  TORCH_CHECK_VALUE(bias.is_contiguous(),
+                    op + ": bias must be contiguous, got strides " + dims_str(bias, true));
   if (y != nullptr) {
-    TORCH_CHECK_VALUE(y->device() == x.device(), op, ": y is on ", y->device(), " but x is on ", x.device());
-    TORCH_CHECK_TYPE(y->scalar_type() == dtype, op, ": y has dtype ", y->dtype(), " but x has ", x.dtype());
-    TORCH_CHECK_VALUE(y->sizes() == x.sizes(), op, ": y must have x's shape ", x.sizes(), ", got ",
-                      y->sizes());
-    TORCH_CHECK_VALUE(y->is_contiguous(), op, ": y must be contiguous, got strides ", y->strides(),
-                      "; call .contiguous() first");
+    TORCH_CHECK_VALUE(y->device() == x.device(),
+                      op + ": y is on " + device_str(*y) + " but x is on " + device_str(x));
+    TORCH_CHECK_TYPE(y->scalar_type() == dtype,
+                     op + ": y has dtype " + dtype_str(y->scalar_type()) + " but x has " + dtype_str(dtype));
+    TORCH_CHECK_VALUE(y->sizes() == x.sizes(), op + ": y must have x's shape " + dims_str(x, false) +
+                                                   ", got " + dims_str(*y, false));
+    TORCH_CHECK_VALUE(y->is_contiguous(), op + ": y must be contiguous, got strides " + dims_str(*y, true) +
+                                              "; call .contiguous() first");
   }
 }
 
@@ -66,7 +146,7 @@ cudaError_t dispatch_dtype(at::ScalarType dtype, Fn&& fn) {
     case at::kBFloat16:
       return fn(Type<__nv_bfloat16>{});
     default:
-      TORCH_CHECK_TYPE(false, "unsupported dtype ", dtype);  // unreachable after check_inputs
+      TORCH_CHECK_TYPE(false, "unsupported dtype " + dtype_str(dtype));  // unreachable after check_inputs
   }
 }
 

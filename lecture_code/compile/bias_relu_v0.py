@@ -1,10 +1,11 @@
 """Bias + ReLU v0: the kernel exactly as torch.compile's inductor wrote it, sizes baked in.
 
 This is the *anti-pattern* version (shared/STYLE.md: "compiler output pasted in as the hand-written kernel"),
-kept so the lecture can show why ``kernels/bias_relu.py`` (v1) exists. It is never retyped: every call to
-:func:`capture_bias_relu_v0` compiles the reference ``relu(x + bias)`` (:func:`kernels.reference.bias_relu`)
-at one shape, captures inductor's Triton (real Triton on a CPU too, via ``triton_on_cpu=True``), and returns
-the fused kernel with the constants it hard-codes. For ``x`` of shape ``[96, 130]`` inductor writes::
+kept so the lecture can show why ``kernels/pointwise/bias_relu.py`` (v1) exists. It is never retyped: every
+call to :func:`capture_bias_relu_v0` compiles the reference ``relu(x + bias)``
+(:func:`kernels.reference.bias_relu`) at one shape, captures inductor's Triton (real Triton on a CPU too, via
+``triton_on_cpu=True``), and returns the fused kernel with the constants it hard-codes. For ``x`` of shape
+``[96, 130]`` inductor writes::
 
     xnumel = 12480            # 96 · 130: the element count, a literal that shadows the xnumel argument
     x0 = (xindex % 130)       # the bias column: the row length, a literal
@@ -49,6 +50,7 @@ from kernels.reference import bias_relu
 from kernels.runtime import interpreting
 from lecture_code.compile import capture_compiled_code
 from lecture_code.compile.generated_code import Kernel
+from lecture_code.internals import INDUCTOR_KERNEL_HEADER
 
 __all__ = ["BIAS_GUARD", "V0", "V0Launch", "X_GUARD", "baked_constants", "capture_bias_relu_v0"]
 
@@ -61,12 +63,7 @@ _INDEX = re.compile(r"^\s*(\w+) = \(?(\w+) (%|//) (\d+)\)?\s*$", re.M)
 # from inductor, as the generated module itself does. Under the interpreter they are defined afresh here, in
 # the file the kernel runs from, so they are jitted in the same mode as the kernel (inductor's own module may
 # have been jitted for the GPU path and cannot be called there).
-_GPU_HEADER = """import triton
-import triton.language as tl
-from torch._inductor.runtime import triton_helpers
-
-
-"""
+_GPU_HEADER = INDUCTOR_KERNEL_HEADER + "\n\n"
 _INTERPRETER_HEADER = """import triton
 import triton.language as tl
 
@@ -240,7 +237,7 @@ def capture_bias_relu_v0(rows: int, cols: int, device: torch.device | str | None
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(rows, cols, generator=gen).to(device)
     bias = torch.randn(cols, generator=gen).to(device)
-    torch._dynamo.reset()  # a fresh compile, so this exact shape is the one specialised on
+    torch.compiler.reset()  # a fresh compile, so this exact shape is the one specialised on
     code = capture_compiled_code(bias_relu, x, bias, triton_on_cpu=device.type == "cpu")
     fused = code.find(("relu",), language="triton")
     if not fused:

@@ -5,9 +5,10 @@ The wrapper defines the kernels and a ``call(args)`` function that allocates buf
 :func:`capture_compiled_code` collects those modules (and the result, and the gradients when asked for a
 backward) into a :class:`~lecture_code.compile.generated_code.CompiledCode`, whose kernels it parses.
 
-Capture goes through ``torch._inductor.utils.run_and_get_code`` (stable across torch 2.x), and falls back to
-the ``output_code`` log artifact (what ``TORCH_LOGS=output_code`` prints) if that helper ever moves. When
-``fullgraph=True`` fails, :func:`explain_graph_breaks` records why and the capture is retried in pieces.
+Capture goes through ``torch._inductor.utils.run_and_get_code`` (stable across torch 2.x; reached, like every
+internal, through :mod:`lecture_code.internals`), and falls back to the ``output_code`` log artifact (what
+``TORCH_LOGS=output_code`` prints) if that helper ever moves. When ``fullgraph=True`` fails,
+:func:`explain_graph_breaks` records why and the capture is retried in pieces.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ import torch
 from torch import nn
 
 from lecture_code.compile.generated_code import CompiledCode, parse_output_code
+from lecture_code.internals import dynamo_explain, dynamo_logger, output_code_logged, run_and_get_code
 from lecture_code.triton_cpu.inductor_on_cpu import TritonOnCpuStatus, run_with_triton_on_cpu
-from lecture_code.triton_cpu.internals import run_and_get_code
 
 __all__ = ["GraphBreaks", "capture_compiled_code", "explain_graph_breaks"]
 
@@ -56,15 +57,13 @@ def _run_and_get_code_from_logs(fn: Callable[[], Any]) -> tuple[Any, list[str]]:
                 records.append(msg[start:])
 
     handler = _Collect(level=logging.DEBUG)
-    logger = logging.getLogger("torch._inductor")
-    logger.addHandler(handler)
-    torch._logging.set_logs(output_code=True)
-    try:
-        torch._dynamo.reset()
-        result = fn()
-    finally:
-        torch._logging.set_logs()
-        logger.removeHandler(handler)
+    with output_code_logged() as logger:
+        logger.addHandler(handler)
+        try:
+            torch.compiler.reset()
+            result = fn()
+        finally:
+            logger.removeHandler(handler)
     return result, list(dict.fromkeys(records))
 
 
@@ -83,7 +82,7 @@ def _dynamo_errors_only() -> Iterator[None]:
 
     :func:`explain_graph_breaks` returns the reasons that matter; notebook outputs stay free of log lines.
     """
-    logger = logging.getLogger("torch._dynamo")
+    logger = dynamo_logger()
     level = logger.level
     logger.setLevel(logging.ERROR)
     try:
@@ -122,11 +121,11 @@ def explain_graph_breaks(fn: Callable[..., Any], *example_inputs: Any) -> GraphB
     """Run ``fn(*example_inputs)`` under ``torch._dynamo.explain``: graph and break counts, break reasons."""
     try:
         with _dynamo_errors_only():
-            explanation = torch._dynamo.explain(fn)(*example_inputs)
+            explanation = dynamo_explain(fn, *example_inputs)
     except Exception as exc:  # noqa: BLE001
         return GraphBreaks([], 0, [f"torch._dynamo.explain failed: {type(exc).__name__}: {exc}"])
     finally:
-        torch._dynamo.reset()
+        torch.compiler.reset()
     reasons = []
     for br in getattr(explanation, "break_reasons", []) or []:
         reason = " ".join(str(getattr(br, "reason", br)).split())

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from lecture_code.compile.generated_code import CompiledCode, library_calls
-from lecture_code.triton_cpu.internals import TorchDispatchMode, tree_leaves
+from lecture_code.internals import TorchDispatchMode, tree_leaves
 
 __all__ = ["OpCount", "compiled_op_count", "eager_op_count"]
 

@@ -4,24 +4,30 @@
    lines; counting the lines of earlier chunks gives exact line numbers. A plain file is memory-mapped one
    window at a time (pyarrow parses straight from the page cache, no copy into Python); a compressed one
    is decompressed by pyarrow's stream and the partial last line carried over.
-2. Fast path: a chunk with none of the bytes that could hide a problem (``\\r``, space, ``x``/``X``) is
-   parsed by ``pyarrow.csv`` with typed columns (label int8, I1..I13 int64, C1..C26 8-byte fixed-size
-   binary): the C++ parser splits and converts, and raises on any wrong field count, non-integer, or
-   categorical value that is not 8 characters long. An empty line shows up as a row with a null label
-   and also sends the chunk down the slow path.
+2. Fast path: a chunk with none of the bytes that could hide a problem (space, ``x``/``X``, a ``\\r`` that
+   does not end a line) is parsed by ``pyarrow.csv`` with typed columns (label int8, I1..I13 int64,
+   C1..C26 8-byte fixed-size binary): the C++ parser splits and converts, and raises on any wrong field
+   count, non-integer, or categorical value that is not 8 characters long. An empty line shows up as a
+   row with a null label and also sends the chunk down the slow path.
 3. Slow path (the byte scan found a suspect, or pyarrow raised): numpy finds each line's field count and
-   carriage returns; those lines are recorded and cut out; the rest is parsed with every column as raw
-   bytes, for reader.py to validate value by value.
+   stray carriage returns; those lines are recorded and cut out; the rest is parsed with every column as
+   raw bytes, for reader.py to validate value by value.
+
+Line ends: ``\\n``, or ``\\r\\n`` (Windows), which pyarrow reads as one line end, so a file written on Windows
+parses to the same values as the same file with ``\\n``; lines are still cut and counted at each ``\\n``, so
+line numbers stay exact. Any other ``\\r`` is a stray one: pyarrow would read it as a line end too and cut
+the row in two, so its line is reported as malformed (``CARRIAGE_RETURN``) and dropped.
 
 The layout (layout.py) gives the delimiter, the columns in file order (an ``Id`` column is parsed and
 dropped) and the header line to skip; the default, Kaggle's headerless TSV, is the path measured by
 benchmarks/bench_preprocess.py.
 
 Why not one ``pyarrow.csv.open_csv`` with an ``invalid_row_handler`` over the whole file: the handler's
-``InvalidRow.number`` is None in pyarrow's streaming reader (line numbers would be lost), pyarrow treats
-``\\r\\n`` as a line end (CRLF rows would pass unnoticed), and its int64 conversion trims spaces and reads
-``0x10`` as 16 (a malformed value would become a number silently). The byte scan keeps those cases out
-of the fast path, at the cost of four ``find`` scans (memchr speed) per chunk.
+``InvalidRow.number`` is None in pyarrow's streaming reader (line numbers would be lost), pyarrow treats a
+lone ``\\r`` as a line end (a row would be cut in two, and the line numbers after it shifted), and its int64
+conversion trims spaces and reads ``0x10`` as 16 (a malformed value would become a number silently). The
+byte scan keeps those cases out of the fast path, at the cost of four ``find`` scans (memchr speed) per
+chunk, and one numpy pass over a chunk that has ``\\r`` bytes (a Windows file's: each must end a line).
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ from .schema import DENSE_COLUMNS, HEX_WIDTH, LABEL, RAW_COLUMNS, SPARSE_COLUMNS
 
 DEFAULT_CHUNK_BYTES = 8 << 20  # raw bytes per chunk (about 33k Kaggle lines; 8 MiB measured best)
 PARSE_BLOCK_BYTES = 1 << 20  # pyarrow's block size inside a chunk (1 MiB measured fastest: cache-sized)
-SUSPECT_BYTES = (b"\r", b" ", b"x", b"X")  # bytes that pyarrow would hide or forgive (see above)
+SUSPECT_BYTES = (b" ", b"x", b"X")  # bytes that pyarrow would hide or forgive (see above; \r: _stray_cr)
 COMPRESSION = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".lz4": "lz4"}
 
 _TYPES = {
@@ -191,14 +197,28 @@ def read_table(data: pa.Buffer, convert: pcsv.ConvertOptions, layout: RawLayout 
     return reader.read_all()
 
 
+def _stray_cr(a: np.ndarray) -> np.ndarray:
+    """Offsets of the ``\\r`` bytes of ``a`` that do not end a line (a ``\\r\\n`` line end is not stray)."""
+    cr = np.flatnonzero(a == ord("\r"))
+    return cr[a[np.minimum(cr + 1, len(a) - 1)] != ord("\n")]  # a \r as the very last byte: stray
+
+
+def _has_stray_cr(source: bytes | mmap.mmap, start: int, end: int) -> bool:
+    if source.find(b"\r", start, end) < 0:
+        return False  # the common case: a file with \n line ends, one memchr scan
+    return _stray_cr(np.frombuffer(source, dtype=np.uint8, count=end - start, offset=start)).size > 0
+
+
 def parse_chunk(chunk: RawChunk, max_examples: int = 100, layout: RawLayout = TSV_LAYOUT) -> ParsedChunk:
     """Parse one chunk: fast path when possible, else the slow path (see the module docstring)."""
     source, start, end = chunk.source, chunk.start, chunk.end
-    if source[start] != ord("\n") and not any(source.find(s, start, end) >= 0 for s in SUSPECT_BYTES):
+    suspect = any(source.find(s, start, end) >= 0 for s in SUSPECT_BYTES)
+    suspect = suspect or _has_stray_cr(source, start, end)
+    if source[start] != ord("\n") and not suspect:
         try:
             typed = _arrow_options(layout).typed
             table = read_table(pa.py_buffer(memoryview(source)[start:end]), typed, layout)
-            # No CR and no empty line (it would parse as a row with a null label): one row per line.
+            # No stray CR and no empty line (it would parse as a row with a null label): one row per line.
             if table.column(LABEL).null_count == 0:
                 return ParsedChunk(table, True, table.num_rows, chunk.position)
         except pa.ArrowInvalid:
@@ -209,14 +229,14 @@ def parse_chunk(chunk: RawChunk, max_examples: int = 100, layout: RawLayout = TS
 def parse_chunk_slow(
     chunk: bytes, position: int, max_examples: int, layout: RawLayout = TSV_LAYOUT
 ) -> ParsedChunk:
-    """Cut out lines with a carriage return or a wrong field count, parse the rest as raw bytes."""
+    """Cut out lines with a stray carriage return or a wrong field count, parse the rest as raw bytes."""
     num_fields = layout.num_fields
     a = np.frombuffer(chunk, dtype=np.uint8)
     ends = np.flatnonzero(a == ord("\n"))
     starts = np.concatenate(([0], ends[:-1] + 1))
     fields = np.diff(np.searchsorted(np.flatnonzero(a == ord(layout.delimiter)), ends), prepend=0) + 1
     has_cr = np.zeros(len(ends), dtype=bool)
-    has_cr[np.searchsorted(ends, np.flatnonzero(a == ord("\r")))] = True
+    has_cr[np.searchsorted(ends, _stray_cr(a))] = True
     bad = np.flatnonzero(has_cr | (fields != num_fields))
     parsed = ParsedChunk(None, False, len(ends), position)
     pieces, previous = [], 0
@@ -226,10 +246,11 @@ def parse_chunk_slow(
         reason = CARRIAGE_RETURN if has_cr[i] else FIELD_COUNT
         parsed.bad_line_counts[reason] = parsed.bad_line_counts.get(reason, 0) + 1
         if k < max_examples:
-            text = chunk[starts[i] : ends[i]]
-            if has_cr[i] and fields[i] == num_fields and text.endswith(b"\r"):
-                last = shorten(text.rsplit(layout.delimiter.encode(), 1)[-1])
-                row = MalformedRow(i, reason, layout.columns[-1], last)
+            text = chunk[starts[i] : ends[i]].removesuffix(b"\r")  # without a \r\n line end's \r
+            if has_cr[i] and fields[i] == num_fields:  # the first field with a stray \r, and its value
+                values = text.split(layout.delimiter.encode())
+                j = next(j for j, value in enumerate(values) if b"\r" in value)
+                row = MalformedRow(i, reason, layout.columns[j], shorten(values[j]))
             else:
                 row = MalformedRow(i, reason, None, f"{fields[i]} of {num_fields} fields: {shorten(text)}")
             parsed.bad_line_examples.append(row)

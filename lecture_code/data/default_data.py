@@ -16,11 +16,12 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
+from lecture_code.paths import REPO_ROOT
+
 from .metadata import PARQUET_FILE, load_metadata
 from .preprocess import preprocess
 from .synthetic import GENERATOR_VERSION, generate_criteo_tsv
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_ROOT = "data/generated"
 DEFAULT_ROWS = 200_000
 

@@ -12,9 +12,13 @@ Two layouts carry the same 40 values per row (schema.py):
   A tab-separated file with such a header is read the same way.
 
 A first line that starts with a letter (or a quote, after a UTF-8 byte-order mark if any) is a header.
-A header that does not name exactly these columns (Kaggle's ``test.csv`` has no label), a header ending
-in ``\\r`` (Windows line endings, which would make every row malformed), and a comma-separated first
-line without a header are refused at once, with a message saying what was found and what is expected.
+A header that does not name exactly these columns (Kaggle's ``test.csv`` has no label) and a
+comma-separated first line without a header are refused at once, with a message saying what was found
+and what is expected.
+
+Lines may end in ``\\n`` or in ``\\r\\n`` (Windows line endings, as a spreadsheet or a Windows download
+writes them), in either layout, with or without a header; pyarrow reads ``\\r\\n`` as one line end, and
+csv_chunks.py cuts out only a ``\\r`` that does not end a line.
 """
 
 from __future__ import annotations
@@ -69,6 +73,8 @@ def detect_layout(head: bytes, source: str = "the file") -> RawLayout:
     bom = len(codecs.BOM_UTF8) if head.startswith(codecs.BOM_UTF8) else 0  # as spreadsheets write CSV
     end = head.find(b"\n")
     line = head[bom:] if end < 0 else head[bom:end]
+    header_bytes = bom + len(line) + 1  # the line and its line end, if it is a header
+    line = line.removesuffix(b"\r")  # a \r\n line end (Windows)
     delimiter = "\t" if b"\t" in line else "," if b"," in line else "\t"
     if not _HEADER_START.match(line):
         if delimiter == ",":
@@ -80,15 +86,10 @@ def detect_layout(head: bytes, source: str = "the file") -> RawLayout:
         return TSV_LAYOUT
     if end < 0 and len(head) >= HEAD_BYTES:
         raise RawFileError(f"{source}: the header line is longer than {HEAD_BYTES:,} bytes")
-    if line.endswith(b"\r"):
-        raise RawFileError(
-            f"{source}: Windows line endings (\\r\\n), which would make every row malformed; "
-            "convert the file first (dos2unix, or tr -d '\\r')"
-        )
     names = line.decode("utf-8", errors="backslashreplace").split(delimiter)
     columns = tuple(_KNOWN_NAMES.get(name.strip().lower(), name) for name in names)
     _check_header(columns, line, source)
-    return RawLayout(delimiter, columns, header_bytes=bom + len(line) + 1, whole_floats=True)
+    return RawLayout(delimiter, columns, header_bytes=header_bytes, whole_floats=True)
 
 
 def _check_header(columns: tuple[str, ...], line: bytes, source: str) -> None:

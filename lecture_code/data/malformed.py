@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 FIELD_COUNT = "wrong field count"
-CARRIAGE_RETURN = "carriage return (CRLF line ending)"
+CARRIAGE_RETURN = "carriage return inside a line"  # a \r\n line end is fine, a lone \r is not
 BAD_LABEL = "bad label"
 BAD_INTEGER = "non-integer dense value"
 BAD_HEX = "bad categorical hex id"

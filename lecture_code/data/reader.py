@@ -10,7 +10,7 @@ memory stays flat however long the file is:
 
 1. csv_chunks.py cuts the byte stream into chunks of whole lines and parses each into an Arrow table:
    typed by pyarrow on the fast path, raw bytes on the slow path (after cutting out lines with a wrong
-   field count or a carriage return).
+   field count or a stray carriage return: a ``\\r`` that does not end a line). Lines may end in ``\\r\\n``.
 2. Here every value is checked and converted, vectorized: labels must be 0 or 1; integers must match
    ``-?[0-9]+`` (or a whole float, ``260.0``, in a layout with a header) and fit int64; categorical
    values must be empty or 8 hex digits, decoded to int64 ids in [0, 2**32) (hexids.py). A row with any

@@ -1,7 +1,7 @@
 """Notebook 06's first exercise: a LoRA linear with a hand-written backward (dX, dA, dB), checked.
 
 The learner writes ``fn(x, weight, lora_a, lora_b, scale, bias=None) -> y`` (typically an
-``autograd.Function`` whose backward returns dX, dA, dB by the formulas of :mod:`kernels.lora`).
+``autograd.Function`` whose backward returns dX, dA, dB by the formulas of :mod:`kernels.lora.linear`).
 :func:`check_lora_linear` runs it on a few cases in float64 — a plain shape, odd sizes with a 3-D input and no
 bias, scale 0, B = 0 — against :func:`kernels.reference.lora_linear` under autograd, and says for each case
 what is wrong: the output, or which gradient, with a hint for the usual slips (a missing or doubled scale, a

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from lecture_code.results.sources import REPO_ROOT
+from lecture_code.paths import REPO_ROOT
 
 STEPS = ("notebooks", "pictures", "slides")
 EXECUTED = Path("artifacts") / "notebooks"
@@ -69,7 +69,7 @@ def plan(small: bool, gpu: bool, chromium: bool, python: str = sys.executable) -
             "slides",
             [slides],
             "artifacts/slides/deck.html" + (" and deck.pdf" if chromium else ""),
-            "" if chromium else "no Chromium: HTML only, not checked (apt-get install chromium)",
+            "" if chromium else "no Chromium: HTML only, not checked (make setup-browser)",
         ),
     ]
 

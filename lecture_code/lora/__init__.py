@@ -1,13 +1,15 @@
 """LoRA for the lecture's models: ``LoRALinear``, ``apply_lora``, merging, adapter files, the DLRM case study.
 
-- :mod:`.layer`: ``LoRALinear`` (backend ``"eager"`` | ``"fused"``, the latter calling ``kernels.lora``);
+- :mod:`.layer`: ``LoRALinear`` (backend ``"eager"`` | ``"fused"``, the latter calling
+  ``kernels.lora.linear``);
 - :mod:`.apply`: ``apply_lora`` (PEFT-style ``target_modules``), ``merge_lora``/``unmerge_lora``,
   ``set_backend``, ``parameter_counts``;
 - :mod:`.adapter_io`: adapter-only ``save_adapter``/``load_adapter`` (A, B and their config, no base);
 - :mod:`.original_pattern`: the original lecture's LoRA mistakes, re-created small to show what they do;
 - :mod:`.dlrm_adaptation`: adapt a trained DLRM to a shifted day with LoRA (``python -m lecture_code.lora``);
 - :mod:`.multi_tenant`: one adapter per market on DLRM's over-arch, a mixed batch scored in one pass
-  (``score_mixed``, via ``kernels.multi_lora``) against one merged model per market (``score_per_market``);
+  (``score_mixed``, via ``kernels.multi_lora.shrink_expand``) against one merged model per market
+  (``score_per_market``);
 - :mod:`.exercises`: the name notebook 06 imports its first checker by (now in ``lecture_code.exercises``).
 """
 

@@ -19,8 +19,9 @@ from pathlib import Path
 from lecture_code import bench
 from lecture_code.environment import device as default_device
 from lecture_code.lora.dlrm_adaptation import AdaptationConfig, run_adaptation
+from lecture_code.paths import RESULTS_DIR
 
-RESULTS_FOLDER = bench.RESULTS / "lora_adaptation"
+RESULTS_FOLDER = RESULTS_DIR / "lora_adaptation"
 
 
 def sidecar_path(stamp: dict[str, str], folder: Path = RESULTS_FOLDER) -> Path:

@@ -9,9 +9,9 @@
    and on day 0 (does adapting forget?). AUCs are computed with the eager backend (the same numbers within
    rounding: :mod:`tests.lora` checks eager against fused; on a CPU the interpreter would only make it slow).
 
-**Which kernel runs.** The fused backend calls :func:`kernels.lora.lora_linear`, whose fast path (v2/v3:
-the tensor-descriptor GEMM with the LoRA epilogue) needs K and N to fill 16-byte rows: multiples of 4 in fp32,
-8 in bf16/fp16. DLRM's MLPs start and end on odd widths: the bottom MLP reads the 13 dense features
+**Which kernel runs.** The fused backend calls :func:`kernels.lora.linear.lora_linear`, whose fast path
+(v2/v3: the tensor-descriptor GEMM with the LoRA epilogue) needs K and N to fill 16-byte rows: multiples of 4
+in fp32, 8 in bf16/fp16. DLRM's MLPs start and end on odd widths: the bottom MLP reads the 13 dense features
 (K = 13), the top MLP reads the interaction's 367 features (K = 367) and ends in one logit (N = 1). Those
 three layers take the general path, v1 (the base GEMM by torch + one Triton kernel for the branch, any
 shape); the inner layers (64→32, 128→64, …) take the fast path. :func:`fused_paths` lists it per layer. On a
@@ -45,7 +45,7 @@ from lecture_code.environment import matmul_precision
 from lecture_code.lora.apply import apply_lora, lora_modules, parameter_counts, set_backend
 from lecture_code.model import DLRM
 from lecture_code.training.metrics import evaluate
-from lecture_code.training.train import make_train_step
+from lecture_code.training.step import make_train_step
 
 __all__ = [
     "AdaptationConfig",

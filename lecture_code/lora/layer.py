@@ -1,7 +1,7 @@
 """``LoRALinear``: a frozen ``nn.Linear`` plus a trainable low-rank update, PEFT's LoRA done by hand.
 
-Notation as in :mod:`kernels.lora`: x [..., K], frozen base W [N, K] and bias b [N], adapter A [r, K] and
-B [N, r], scale s = alpha / r (``use_rslora``: alpha / √r, PEFT's rank-stabilised variant)::
+Notation as in :mod:`kernels.lora.linear`: x [..., K], frozen base W [N, K] and bias b [N], adapter A [r, K]
+and B [N, r], scale s = alpha / r (``use_rslora``: alpha / √r, PEFT's rank-stabilised variant)::
 
     y = x Wᵀ + b + s · (dropout(x) Aᵀ) Bᵀ
 
@@ -16,8 +16,9 @@ frozen for real, not by a flag on the module (``module.requires_grad = False`` s
 attribute and freezes nothing).
 
 **Backends.** ``"eager"``: the PEFT computation in PyTorch ops. ``"fused"``: one call to
-:func:`kernels.lora.lora_linear` (forward and backward kernels; on a CPU they run in Triton's interpreter).
-Which kernel of the ladder runs depends on the shape: :meth:`LoRALinear.fused_path` says which and why.
+:func:`kernels.lora.linear.lora_linear` (forward and backward kernels; on a CPU they run in Triton's
+interpreter). Which kernel of the ladder runs depends on the shape: :meth:`LoRALinear.fused_path` says which
+and why.
 
 **Dropout.** PEFT applies ``lora_dropout`` to the branch's input only: the base sees x, the branch sees
 dropout(x). The fused kernel reads x once for both (that is the fusion), so it cannot apply dropout to
@@ -38,7 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kernels.lora import choose_version, lora_linear  # importing kernels first decides the Triton mode
+from kernels.lora.linear import choose_version, lora_linear  # importing kernels first decides the Triton mode
 
 __all__ = ["BACKENDS", "LoRALinear"]
 
@@ -159,8 +160,9 @@ class LoRALinear(nn.Module):
         self.merged = False
 
     def fused_path(self, rows: int = 1) -> tuple[str, str | None]:
-        """``(version, reason)``: which kernel of :mod:`kernels.lora`'s ladder the fused backend runs for an
-        input of ``rows`` rows on this layer's device and dtype, and why it is not the fast one (or None)."""
+        """``(version, reason)``: which kernel of :mod:`kernels.lora.linear`'s ladder the fused backend runs
+        for an input of ``rows`` rows on this layer's device and dtype, and why it is not the fast one (or
+        None)."""
         x = torch.empty(rows, self.in_features, device=self.base.weight.device, dtype=self.base.weight.dtype)
         return choose_version(x, self.base.weight, self.lora_b)
 

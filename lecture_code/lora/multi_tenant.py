@@ -6,8 +6,9 @@ scored by the base model. Two ways to serve it:
 
 - **one mixed pass** (:func:`score_mixed`): the shared bottom of the model (dense arch, embeddings,
   interaction) once for the whole batch, then each over-arch linear as ``y = h Wᵀ + b`` for every row
-  followed by :func:`kernels.multi_lora.add_multi_lora`, which adds ``s_m · (h A_mᵀ) B_mᵀ`` to the rows of
-  market m and leaves the −1 rows untouched. The token→adapter grouping (:func:`kernels.multi_lora_meta.
+  followed by :func:`kernels.multi_lora.shrink_expand.add_multi_lora`, which adds ``s_m · (h A_mᵀ) B_mᵀ`` to
+  the rows of market m and leaves the −1 rows untouched. The token→adapter grouping
+  (:func:`kernels.multi_lora.metadata.
   build_meta`) is built once per batch and reused by every over-arch layer.
 - **one pass per market** (:func:`score_per_market`, the reference): every market's adapter merged into a
   copy of the model (``W + s·B A``, :meth:`lecture_code.lora.LoRALinear.merge`), the batch split by market
@@ -30,8 +31,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from kernels import runtime
-from kernels.multi_lora import add_multi_lora
-from kernels.multi_lora_meta import MultiLoRAMeta, build_meta
+from kernels.multi_lora.metadata import MultiLoRAMeta, build_meta
+from kernels.multi_lora.shrink_expand import add_multi_lora
 from lecture_code import bench
 from lecture_code.lora.apply import apply_lora, linear_names, lora_modules, merge_lora
 from lecture_code.model import DLRM, DLRMConfig

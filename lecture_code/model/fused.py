@@ -3,12 +3,12 @@
 ``DLRM(..., backend="fused")`` swaps two modules and keeps the rest (:mod:`lecture_code.model.dlrm`):
 
 - ``sparse_arch`` → :class:`FusedSparseArch`: the same hash module, then
-  :class:`kernels.embedding_tbe.TableBatchedEmbedding` (all ``F`` tables in one packed ``[R, D]`` buffer, one
-  launch for the lookup). Its backward does not produce a gradient for the tables: it applies the optimizer
-  (exact SGD or FBGEMM's row-wise Adagrad) to the touched rows in the same pass. So the tables are *buffers*,
-  invisible to ``model.parameters()``, and the training loop's torch optimizer sees only
+  :class:`kernels.dlrm.embedding_tbe.TableBatchedEmbedding` (all ``F`` tables in one packed ``[R, D]``
+  buffer, one launch for the lookup). Its backward does not produce a gradient for the tables: it applies the
+  optimizer (exact SGD or FBGEMM's row-wise Adagrad) to the touched rows in the same pass. So the tables are
+  *buffers*, invisible to ``model.parameters()``, and the training loop's torch optimizer sees only
   ``model.dense_parameters()`` (the two MLPs).
-- ``inter_arch`` → :class:`FusedDotInteraction`: :func:`kernels.interaction_dot.interaction_dot`, one
+- ``inter_arch`` → :class:`FusedDotInteraction`: :func:`kernels.dlrm.interaction_dot.interaction_dot`, one
   kernel forward and one backward instead of cat + bmm + index_select + cat and their autograd.
 
 The two MLPs stay ``nn.Linear`` + ``nn.ReLU``: the GEMMs are cuBLAS's either way; what a compiler or our
@@ -30,8 +30,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from kernels.embedding_tbe import TableBatchedEmbedding
-from kernels.interaction_dot import interaction_dot, interaction_dot_output_dim
+from kernels.dlrm.embedding_tbe import TableBatchedEmbedding
+from kernels.dlrm.interaction_dot import interaction_dot, interaction_dot_output_dim
 from lecture_code.model.sparse_arch import checked_hashes, hash_rows
 
 __all__ = ["FusedDotInteraction", "FusedSparseArch"]

@@ -53,13 +53,13 @@ from torch import nn
 
 from lecture_code.data import Batch
 from lecture_code.environment import matmul_precision
+from lecture_code.internals import gpu_sleep
 from lecture_code.model import DLRM, DLRMConfig
 from lecture_code.model import fused as _fused  # noqa: F401  (define the Triton kernels outside `with device`)
 from lecture_code.perf.gpu_memory import allocate_shared_workspaces, footprint_bytes
 from lecture_code.perf.mlp_sgd_in_backward import sgd_in_backward
 from lecture_code.perf.step_timing import Variant, time_interleaved
 from lecture_code.training import make_graphed_train_step, make_optimizers, make_train_step
-from lecture_code.triton_cpu.internals import gpu_sleep
 
 __all__ = [
     "IMPLEMENTATIONS",

@@ -20,7 +20,7 @@ __all__ = ["measure_eager_vs_compiled"]
 def measure_eager_vs_compiled(
     workload: Workload, steps: int = 20, warmup: int = 3, repeats: int = 3
 ) -> list[StepTiming]:
-    torch._dynamo.reset()  # a fresh compile: first_step_s includes it whatever ran before
+    torch.compiler.reset()  # a fresh compile: first_step_s includes it whatever ran before
     variants = [
         Variant(label, make_step(make_model(workload), compile_model=compile_model), workload.batches)
         for label, compile_model in (("eager", False), ("torch.compile", True))

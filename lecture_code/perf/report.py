@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from lecture_code.bench import RESULTS
+from lecture_code.paths import RESULTS_DIR
 
 __all__ = [
     "all_features_sentences",
@@ -141,7 +141,7 @@ def stage_sentences(rows: Sequence[dict]) -> list[str]:
 
 def latest_result(folder: str) -> Path | None:
     """The newest CSV under ``benchmarks/results/<folder>/`` (names end in the date), or ``None``."""
-    found = sorted((RESULTS / folder).glob("*.csv"))
+    found = sorted((RESULTS_DIR / folder).glob("*.csv"))
     return found[-1] if found else None
 
 

@@ -44,8 +44,9 @@ from pathlib import Path
 import torch
 
 from lecture_code import bench
-from lecture_code.environment import REPO_ROOT, describe
+from lecture_code.environment import describe
 from lecture_code.environment import device as default_device
+from lecture_code.paths import REPO_ROOT
 from lecture_code.perf.sidecars import committed, current, write_sidecar
 
 __all__ = ["PICTURES", "SETTINGS", "Settings", "Skip", "committed", "current", "main"]

@@ -13,7 +13,8 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from lecture_code.environment import REPO_ROOT, describe
+from lecture_code.environment import describe
+from lecture_code.paths import REPO_ROOT
 
 __all__ = ["FORMAT", "SCREENSHOTS", "committed", "current", "missing", "stamp", "write_sidecar"]
 

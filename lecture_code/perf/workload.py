@@ -22,7 +22,7 @@ from lecture_code.model import DLRM, DLRMConfig
 from lecture_code.profiling.profiler import step_profiler, trace_files
 from lecture_code.profiling.quiet import quiet_profiler
 from lecture_code.profiling.trace_analysis import load_trace
-from lecture_code.training.train import make_train_step
+from lecture_code.training.step import make_train_step
 
 __all__ = ["Workload", "load_workload", "make_model", "make_step", "profile_training_steps"]
 

@@ -21,7 +21,7 @@ Two things worth finding in the output:
   ``mma.sync``. :func:`tensor_core_instructions` greps for both.
 
 The folder: compiling in :mod:`.compiler`, reading PTX and SASS in :mod:`.reader`; turning interpreted
-kernels compilable lives with the other Triton internals in
+kernels compilable lives with the rest of the interpreter's machinery in
 :mod:`lecture_code.triton_cpu.interpreter_patches`. Import from here.
 """
 

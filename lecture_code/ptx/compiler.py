@@ -24,7 +24,8 @@ from typing import Any
 
 import torch
 
-from lecture_code.triton_cpu.internals import triton_compile_api
+from kernels.launch import next_pow2
+from lecture_code.internals import INDUCTOR_KERNEL_HEADER, triton_compile_api
 from lecture_code.triton_cpu.interpreter_patches import (
     compilable_helpers,
     jit_function,
@@ -133,18 +134,6 @@ def compile_for_gpu(
     return dict(compiled.asm)
 
 
-_GENERATED_HEADER = """\
-import triton
-import triton.language as tl
-from torch._inductor.runtime import triton_helpers
-from torch._inductor.runtime.triton_helpers import libdevice, math as tl_math
-"""
-
-
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, int(n) - 1).bit_length()
-
-
 def _literal_after(source: str, key: str) -> Any:
     """The Python literal (a balanced ``{…}`` or ``[…]``) that follows ``key`` in ``source``, or ``None``."""
     at = source.find(key)
@@ -191,9 +180,9 @@ def compile_generated_kernel(
         axis = name[: -len("BLOCK")].lower()  # XBLOCK → x, R0_BLOCK → r0_
         hint = size_hints.get(axis, 1024)
         if axis.startswith("r"):
-            values[name] = _next_pow2(hint) if persistent else min(64, _next_pow2(hint))
+            values[name] = next_pow2(int(hint)) if persistent else min(64, next_pow2(int(hint)))
         else:
-            values[name] = min(1024, _next_pow2(hint))
+            values[name] = min(1024, next_pow2(int(hint)))
     values.update(constexprs or {})
     missing = [n for n, t in signature.items() if t == "constexpr" and n not in values]
     if missing:
@@ -206,7 +195,7 @@ def compile_generated_kernel(
             if len(key) == 1 and key[0] < len(names) and ["tt.divisibility", 16] in attrs
         ]
 
-    text = _GENERATED_HEADER + "\n" + source[source.find("@triton.jit") :]
+    text = INDUCTOR_KERNEL_HEADER + "\n" + source[source.find("@triton.jit") :]
     filename = f"<inductor kernel {jit.group(1)}>"
     # JITFunction reads its source with inspect.getsource: serve it from linecache, no file needed
     linecache.cache[filename] = (len(text), None, text.splitlines(keepends=True), filename)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from lecture_code.paths import REPO_ROOT
 from lecture_code.results.page import render, stale
-from lecture_code.results.sources import REPO_ROOT
 
 
 def main(argv: list[str] | None = None) -> int:

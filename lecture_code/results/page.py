@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lecture_code.paths import REPO_ROOT, RESULTS_DIR
 from lecture_code.results.screenshots import screenshot_headlines
 from lecture_code.results.section import Section, Table
-from lecture_code.results.sources import REPO_ROOT, RESULTS_DIR, latest_results
+from lecture_code.results.sources import latest_results
 from lecture_code.results.workloads import ORDER, PLANNED, build_section, planned
 
 __all__ = ["BEGIN", "END", "render", "sections", "stale"]

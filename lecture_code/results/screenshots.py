@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from lecture_code.paths import REPO_ROOT
 from lecture_code.results.section import Headline, num
-from lecture_code.results.sources import REPO_ROOT
 
 __all__ = ["EXPERIMENTS", "screenshot_headlines"]
 

@@ -17,10 +17,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["REPO_ROOT", "RESULTS_DIR", "ResultFile", "latest_results", "read_result"]
+from lecture_code.paths import REPO_ROOT, RESULTS_DIR
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
+__all__ = ["ResultFile", "latest_results", "read_result"]
+
 SKIPPED_FOLDERS = {"tmp"}  # trial runs, git-ignored
 _DATED = re.compile(r"^(?P<name>.+)_(?P<slug>[a-z0-9-]+)_(?P<date>\d{4}-\d{2}-\d{2})$")
 

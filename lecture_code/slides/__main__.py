@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from lecture_code.results.sources import REPO_ROOT
+from lecture_code.paths import REPO_ROOT
 from lecture_code.slides.browser import check_deck, chromium_or_reason, print_pdf
 from lecture_code.slides.render import render_deck
 

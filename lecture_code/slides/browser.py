@@ -26,7 +26,7 @@ def chromium_or_reason() -> tuple[str | None, str]:
     path = find_chromium()
     if path:
         return path, ""
-    return None, "no Chromium found: set $CHROMIUM, or on Debian: apt-get install chromium fonts-dejavu-core"
+    return None, "no Chromium found: set $CHROMIUM, or run `make setup-browser` (Debian's chromium and fonts)"
 
 
 @dataclass

@@ -1,9 +1,9 @@
 """Code for a slide, cut from the tested source file itself: a function or class by name, never retyped.
 
-``extract("kernels/bias_relu.py", "_bias_relu_fwd_kernel")`` returns the definition's lines exactly as they
-are in the file (decorators included; ``Class.method`` for a method), with where they came from. The file is
-parsed with :mod:`ast`, not imported, so building the deck never runs a kernel. A name the file does not
-define raises: a renamed function breaks the build loudly instead of leaving a stale copy on a slide.
+``extract("kernels/pointwise/bias_relu.py", "_bias_relu_fwd_kernel")`` returns the definition's lines exactly
+as they are in the file (decorators included; ``Class.method`` for a method), with where they came from. The
+file is parsed with :mod:`ast`, not imported, so building the deck never runs a kernel. A name the file does
+not define raises: a renamed function breaks the build loudly instead of leaving a stale copy on a slide.
 """
 
 from __future__ import annotations

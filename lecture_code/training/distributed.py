@@ -26,18 +26,15 @@
   same weights and optimizer state with that world size's data order and global batch (not bit-equal to an
   uninterrupted run at either size, which would need the old world size's order).
 
+The fused backend (``--backend fused``) is not wrapped in DDP: its tables are buffers updated inside backward,
+so :mod:`lecture_code.training.data_parallel` exchanges the rows each batch touched (all-gathered in rank
+order, each rank applying the same update) and all-reduces the MLP gradients after backward; with
+``--cuda-graph`` (NCCL) the whole step, collectives included, is one CUDA graph.
+
 Refused under ``torchrun`` (:func:`check_distributed_config`), with the reason in the error:
 
-- ``--backend fused``: its backward applies the optimizer to the touched table rows with this rank's
-  gradient alone; DDP never sees the tables (they are buffers), so the replicas would drift apart. The exact
-  fix is to all-gather every rank's ``(row ids, gradient rows)`` inside that backward, before the update, and
-  run the update over the ``W·B·F`` gathered entries, each gradient scaled by ``1/W``: the kernel already sums
-  all entries of a row before updating it (sort + segment sum), so every rank then applies the single-process
-  update of the global batch, in the same order, bit for bit alike. Not built here (it is a change inside
-  :mod:`kernels.embedding_tbe`'s backward, and it needs GPU time to measure).
-- ``--cuda-graph``: capturing DDP's NCCL all-reduce needs DDP built and warmed up on a side stream with a
-  static graph, and gloo (CPU) cannot be captured at all; the step that gains most from a graph, the fused
-  one, is refused above anyway.
+- ``--cuda-graph`` with the eager backend: DDP's bucketed all-reduce would have to be captured (DDP built and
+  warmed up on a side stream with a static graph); use the fused backend, whose step captures whole.
 """
 
 from __future__ import annotations
@@ -116,18 +113,11 @@ def check_distributed_config(backend: str, cuda_graph: bool, world_size: int) ->
     """Refuse what data-parallel training here cannot do (module docstring says why)."""
     if world_size <= 1:
         return
-    if backend == "fused":
+    if cuda_graph and backend != "fused":
         raise ValueError(
-            f"--backend fused under torchrun (world size {world_size}) is not supported: its backward "
-            "updates the table rows with this rank's gradient only, and DDP never sees the tables, so the "
-            "ranks' tables would drift apart. Use --backend eager or compile (DDP all-reduces the table "
-            "gradients), or run the fused backend in one process"
-        )
-    if cuda_graph:
-        raise ValueError(
-            f"--cuda-graph under torchrun (world size {world_size}) is not supported: DDP's all-reduce would "
-            "have to be captured in the graph (gloo cannot be; NCCL needs DDP warmed up on a side stream). "
-            "Drop --cuda-graph, or run it in one process"
+            f"--cuda-graph under torchrun (world size {world_size}) takes --backend fused: with {backend!r}, "
+            "DDP's all-reduce would have to be captured in the graph. Use --backend fused (its data-parallel "
+            "step captures whole, collectives included), or drop --cuda-graph"
         )
 
 

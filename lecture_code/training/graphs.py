@@ -36,6 +36,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from lecture_code.training.step import make_train_step
+
 __all__ = ["capture_stream", "make_graphed_train_step"]
 
 
@@ -71,8 +73,6 @@ def make_graphed_train_step(
     ``example_batch``: a batch of the size every later batch has (``dense``, ``sparse``, ``label``);
     ``loss_fn``, ``after_backward``: as in :func:`~lecture_code.training.make_train_step`.
     Raises on a model that is not on a GPU."""
-    from lecture_code.training.train import make_train_step  # the same step, captured
-
     device = next(model.parameters()).device
     if device.type != "cuda":
         raise RuntimeError(f"a CUDA graph step needs the model on a GPU; it is on {device}")

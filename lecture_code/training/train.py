@@ -39,7 +39,9 @@ from lecture_code.model import BACKENDS, DLRM
 from lecture_code.profiling.profiler import step_profiler
 from lecture_code.training import distributed
 from lecture_code.training.checkpoint import load_checkpoint, save_checkpoint
+from lecture_code.training.data_parallel import make_fused_data_parallel
 from lecture_code.training.distributed import DistInfo
+from lecture_code.training.graphs import make_graphed_train_step
 from lecture_code.training.logs import default_log
 from lecture_code.training.metrics import evaluate
 from lecture_code.training.optimizers import (
@@ -48,6 +50,7 @@ from lecture_code.training.optimizers import (
     load_embedding_optimizer_state,
     make_optimizers,
 )
+from lecture_code.training.step import make_train_step
 
 
 @dataclass
@@ -128,38 +131,6 @@ def build(cfg: TrainConfig, info: DistInfo | None = None):
     return train_split, holdout_split, model, optimizers, device
 
 
-def make_train_step(model, optimizer, compile_model: bool = False, *, loss_fn=None, after_backward=None):
-    """``step(batch) -> loss`` (detached, on the device): zero grads, forward + BCE loss, backward, step.
-
-    ``optimizer``: one optimizer or a sequence of them (``None`` entries skipped: the fused backend's tables
-    have none, their update runs inside ``backward``). ``compile_model``: ``torch.compile`` forward + loss.
-    ``loss_fn(logits, label)``: the loss (default ``F.binary_cross_entropy_with_logits``, mean);
-    ``after_backward()``: called after ``loss.backward()``, before the optimizers step (e.g. the ``join`` of
-    :func:`lecture_code.perf.mlp_sgd_in_backward.sgd_in_backward`).
-    """
-    items = optimizer if isinstance(optimizer, (list, tuple)) else [optimizer]
-    optimizers = [o for o in items if o is not None]
-    loss_fn = loss_fn or torch.nn.functional.binary_cross_entropy_with_logits
-
-    def forward_loss(dense, sparse, label):
-        return loss_fn(model(dense, sparse), label)
-
-    forward = torch.compile(forward_loss) if compile_model else forward_loss
-
-    def train_step(batch) -> torch.Tensor:
-        for opt in optimizers:
-            opt.zero_grad(set_to_none=True)
-        loss = forward(batch.dense, batch.sparse, batch.label)
-        loss.backward()  # the fused backend's tables are updated here
-        if after_backward is not None:
-            after_backward()
-        for opt in optimizers:
-            opt.step()
-        return loss.detach()
-
-    return train_step
-
-
 class _NoWriter:
     """TensorBoard's ``SummaryWriter`` for the ranks that do not write (all but rank 0)."""
 
@@ -203,14 +174,18 @@ def _train(cfg: TrainConfig, log: Callable[[str], object], info: DistInfo) -> Tr
                 f"the data order from here is world size {info.world_size}'s "
                 f"({info.world_size} x {cfg.batch_size} rows per step)"
             )
-    ddp_model = distributed.wrap_model(model, device) if info.enabled else model
+    step_model, after_backward = model, None
+    if info.enabled and cfg.backend == "fused":  # tables replicated, only touched rows exchanged
+        after_backward = make_fused_data_parallel(model)
+    elif info.enabled:
+        step_model = distributed.wrap_model(model, device)
     if cfg.cuda_graph:
-        from lecture_code.training.graphs import make_graphed_train_step
-
         example = next(iter(criteo.iter_batches(train_split, cfg.batch_size, seed=cfg.seed)))
-        train_step = make_graphed_train_step(model, [optimizer, embedding_opt], example)
+        train_step = make_graphed_train_step(
+            model, [optimizer, embedding_opt], example, after_backward=after_backward
+        )
     else:
-        train_step = make_train_step(ddp_model, [optimizer, embedding_opt])
+        train_step = make_train_step(step_model, [optimizer, embedding_opt], after_backward=after_backward)
 
     def checkpoint():
         if info.is_main:

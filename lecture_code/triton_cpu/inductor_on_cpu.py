@@ -23,9 +23,10 @@ for Triton anyway and run it through Triton's interpreter. Five pieces, all undo
 On exit ``triton.language`` is also put back as it was: the interpreter leaves some of its numpy patches
 behind after a kernel calls a helper, and they would break compiling for a GPU later (``lecture_code.ptx``).
 
-All of it leans on internals that move between versions, so every step is guarded:
+All of it leans on internals that move between versions (each reached through :mod:`lecture_code.internals`),
+so every step is guarded:
 :func:`run_with_triton_on_cpu` runs a function under the context manager. On a (torch, triton) pair listed in
-:data:`lecture_code.triton_cpu.internals.KNOWN_TO_WORK` (the pinned CPU stack among them) a failure raises
+:data:`lecture_code.internals.KNOWN_TO_WORK` (the pinned CPU stack among them) a failure raises
 :class:`TritonOnCpuError`: a regression there must fail CI, not quietly turn notebook 03's Triton into C++.
 On any other pair it runs the function again with the C++ backend and records why
 (:class:`TritonOnCpuStatus.reason`) for the caller to print.
@@ -44,7 +45,15 @@ from typing import Any
 
 import torch
 
-from lecture_code.triton_cpu.internals import describe_versions, run_and_get_code, triton_on_cpu_expected
+from lecture_code.internals import (
+    active_triton_driver,
+    clear_torch_triton_caches,
+    describe_versions,
+    dynamo_graph_break_errors,
+    inductor_config,
+    run_and_get_code,
+    triton_on_cpu_expected,
+)
 from lecture_code.triton_cpu.interpreter_patches import (
     interpretable_helpers,
     restore_triton_language,
@@ -96,38 +105,14 @@ class TritonOnCpuStatus:
 # ---------------------------------------------------------------------------------------------------------
 # The context manager
 # ---------------------------------------------------------------------------------------------------------
-def _clear_torch_triton_caches() -> None:
-    """``torch.utils._triton`` caches the backend it derived from the active driver: forget it."""
-    try:
-        import torch.utils._triton as tt
-    except ImportError:
-        return
-    for name in ("triton_backend", "triton_hash_with_backend"):
-        cached = getattr(tt, name, None)
-        if hasattr(cached, "cache_clear"):
-            cached.cache_clear()
-
-
 @contextmanager
 def _stub_driver() -> Iterator[None]:
     """Make :func:`make_stub_driver`'s driver Triton's active one inside the block (step 3)."""
-    import triton
-
-    config = triton.runtime.driver
-    missing = object()
-    previous = getattr(config, "_active", missing)
-    config.set_active(make_stub_driver())
     try:
-        yield
+        with active_triton_driver(make_stub_driver()):
+            yield
     finally:
-        if previous is missing:
-            try:
-                config.reset_active()
-            except Exception:  # noqa: BLE001  (no real driver on a CPU: leave nothing active)
-                pass
-        else:
-            config._active = previous
-        _clear_torch_triton_caches()
+        clear_torch_triton_caches()  # torch cached the backend it derived from the stub: forget it
 
 
 @contextmanager
@@ -149,11 +134,11 @@ def inductor_triton_on_cpu() -> Iterator[TritonOnCpuStatus]:
     with ExitStack() as stack:
         try:
             import triton  # noqa: F401
-            from torch._inductor import config as inductor_config
 
-            if not hasattr(inductor_config, "cpu_backend"):
+            config = inductor_config()
+            if not hasattr(config, "cpu_backend"):
                 raise RuntimeError(f"torch {torch.__version__} has no torch._inductor.config.cpu_backend")
-            stack.enter_context(inductor_config.patch(cpu_backend="triton", compile_threads=1))
+            stack.enter_context(config.patch(cpu_backend="triton", compile_threads=1))
             stack.enter_context(set_env("TRITON_INTERPRET", "1"))
             if not torch.cuda.is_available():  # a GPU machine keeps its real driver
                 stack.enter_context(_stub_driver())
@@ -164,7 +149,7 @@ def inductor_triton_on_cpu() -> Iterator[TritonOnCpuStatus]:
             # inductor's generated modules look for a "cpu" Triton backend and warn that kernels will not be
             # executable without one; under the interpreter they are, so the warning only misleads here
             warnings.filterwarnings("ignore", message="Could not find an active CPU backend")
-            _clear_torch_triton_caches()
+            clear_torch_triton_caches()
         except Exception as exc:  # noqa: BLE001  (any refusal → C++ with the reason)
             stack.close()
             status.fall_back(f"setup refused on torch {torch.__version__}: {type(exc).__name__}: {exc}")
@@ -176,21 +161,13 @@ def _first_line(exc: BaseException, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _dynamo_graph_break_errors() -> tuple[type[BaseException], ...]:
-    try:
-        from torch._dynamo import exc
-    except ImportError:
-        return ()
-    return tuple(e for e in (getattr(exc, "Unsupported", None), getattr(exc, "UserError", None)) if e)
-
-
 def run_with_triton_on_cpu(fn: Callable[[], Any]) -> tuple[Any, TritonOnCpuStatus]:
     """Run ``fn()`` under :func:`inductor_triton_on_cpu`; on any failure run it again with C++.
 
     ``fn`` should compile from scratch (``run_and_get_code`` resets dynamo itself), so the retry really
     compiles for the C++ backend. Returns ``(fn's result, status)``.
     """
-    graph_breaks = _dynamo_graph_break_errors()
+    graph_breaks = dynamo_graph_break_errors()
     with inductor_triton_on_cpu() as status:
         if status.active:
             try:
@@ -206,7 +183,7 @@ def run_with_triton_on_cpu(fn: Callable[[], Any]) -> tuple[Any, TritonOnCpuStatu
         raise TritonOnCpuError(
             f"Triton on the CPU failed on {describe_versions()}, where it must work: {status.reason}"
         )
-    torch._dynamo.reset()
+    torch.compiler.reset()
     return fn(), status
 
 

@@ -24,6 +24,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from lecture_code.internals import (
+    INDUCTOR_HELPER_MODULE,
+    interpreted_function_class,
+    interpreter_module,
+    jit_function_class,
+)
+
 __all__ = [
     "compilable_helpers",
     "interpretable_helpers",
@@ -37,7 +44,7 @@ __all__ = [
 _MISSING = object()
 
 # Modules whose ``@triton.jit`` helpers kernels call (``tl.sigmoid``, ``tl.max``, ``triton_helpers.maximum``).
-_HELPER_MODULE_PREFIXES = ("triton.language", "torch._inductor.runtime.triton_helpers")
+_HELPER_MODULE_PREFIXES = ("triton.language", INDUCTOR_HELPER_MODULE)
 
 
 @contextmanager
@@ -54,14 +61,6 @@ def set_env(name: str, value: str) -> Iterator[None]:
             os.environ[name] = old
 
 
-def _interpreted_function_type() -> type | None:
-    try:
-        from triton.runtime.interpreter import InterpretedFunction
-    except ImportError:
-        return None
-    return InterpretedFunction
-
-
 # ---------------------------------------------------------------------------------------------------------
 # From whatever the decorator produced to a compilable JITFunction
 # ---------------------------------------------------------------------------------------------------------
@@ -75,12 +74,11 @@ def jit_function(kernel: Any, _memo: dict[int, Any] | None = None) -> Any:
     module, ``tl.sigmoid`` or ``triton_helpers.maximum``, are swapped while compiling:
     see :func:`compilable_helpers`).
     """
-    from triton.runtime.jit import JITFunction
-
+    JITFunction = jit_function_class()
     memo = {} if _memo is None else _memo
     if id(kernel) in memo:
         return memo[id(kernel)]
-    interpreted = _interpreted_function_type()
+    interpreted = interpreted_function_class()
     if isinstance(kernel, JITFunction):
         if not _has_interpreted_globals(kernel.fn):
             memo[id(kernel)] = kernel
@@ -96,7 +94,7 @@ def jit_function(kernel: Any, _memo: dict[int, Any] | None = None) -> Any:
 
 
 def _has_interpreted_globals(fn: Any) -> bool:
-    interpreted = _interpreted_function_type()
+    interpreted = interpreted_function_class()
     if interpreted is None:
         return False
     for value in fn.__globals__.values():
@@ -111,8 +109,6 @@ def _has_interpreted_globals(fn: Any) -> bool:
 
 def _rebuild(kernel: Any, jit_kwargs: dict[str, Any], memo: dict[int, Any]) -> Any:
     """A ``JITFunction`` of ``kernel.fn`` whose globals have every interpreted helper converted."""
-    from triton.runtime.jit import JITFunction
-
     fn = kernel.fn
     new_globals: dict[str, Any] = {}
     clone = types.FunctionType(fn.__code__, new_globals, fn.__name__, fn.__defaults__, fn.__closure__)
@@ -120,9 +116,9 @@ def _rebuild(kernel: Any, jit_kwargs: dict[str, Any], memo: dict[int, Any]) -> A
     clone.__module__ = fn.__module__
     clone.__qualname__ = fn.__qualname__
     clone.__doc__ = fn.__doc__
-    result = JITFunction(clone, **jit_kwargs)
+    result = jit_function_class()(clone, **jit_kwargs)
     memo[id(kernel)] = result  # before converting the globals: recursive helpers find it
-    interpreted = _interpreted_function_type()
+    interpreted = interpreted_function_class()
     for name, value in fn.__globals__.items():
         # modules keep their identity: compilable_helpers swaps their helpers in place
         is_helper = interpreted is not None and isinstance(value, interpreted)
@@ -165,10 +161,10 @@ def interpretable_helpers() -> Iterator[int]:
     Swap each such helper, in every module that holds it, for an ``InterpretedFunction`` of the same Python
     function; put the originals back on exit. Yields how many helpers were swapped.
     """
-    from triton.runtime.interpreter import InterpretedFunction
-    from triton.runtime.jit import JITFunction
-
-    with _swap_helpers(JITFunction, lambda helper: InterpretedFunction(helper.fn)) as count:
+    interpreted = interpreted_function_class()
+    if interpreted is None:
+        raise RuntimeError("this Triton has no interpreter (triton.runtime.interpreter.InterpretedFunction)")
+    with _swap_helpers(jit_function_class(), lambda helper: interpreted(helper.fn)) as count:
         yield count
 
 
@@ -180,11 +176,11 @@ def compilable_helpers() -> Iterator[int]:
     Under ``TRITON_INTERPRET=1`` even ``tl.sigmoid`` and ``tl.max`` are interpreted functions, which the
     compiler refuses ("Unsupported function referenced").
     """
-    interpreted = _interpreted_function_type()
+    interpreted = interpreted_function_class()
     if interpreted is None:
         yield 0
         return
-    from triton.runtime.jit import JITFunction
+    JITFunction = jit_function_class()
 
     def twin(helper: Any) -> Any:
         return JITFunction(helper.fn, **getattr(helper, "kwargs", {}))
@@ -241,11 +237,8 @@ def _interpreter_globals() -> dict[str, Any]:
     """What the interpreter copies into the module globals of each function it rewrites (its own module
     globals, ``interpreter_semantic`` among them). The rewrite is cached per function for the process, so
     these names must stay: deleting them made every later kernel calling ``tl.sum`` fail with a NameError."""
-    try:
-        from triton.runtime import interpreter
-    except ImportError:
-        return {}
-    return dict(vars(interpreter))
+    interpreter = interpreter_module()
+    return {} if interpreter is None else dict(vars(interpreter))
 
 
 def _interpreter_original(value: Any) -> Any:

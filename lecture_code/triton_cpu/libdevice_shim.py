@@ -15,12 +15,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from lecture_code.internals import LIBDEVICE_HOMES  # where generated kernels import ``libdevice`` from
+
 __all__ = ["LIBDEVICE_SHIM", "libdevice_shim"]
 
 _LOG10_2 = math.log10(2.0)
-
-# Where generated kernels import ``libdevice`` from (``from ...triton_helpers import libdevice``).
-_LIBDEVICE_HOMES = ("torch._inductor.runtime.triton_helpers", "torch._inductor.runtime.triton_compat")
 
 
 def _tl():
@@ -135,7 +134,7 @@ LIBDEVICE_SHIM = _LibdeviceShim()
 def libdevice_shim() -> Iterator[None]:
     """Inside the block, ``triton_helpers.libdevice`` (and ``triton_compat``'s) is :data:`LIBDEVICE_SHIM`."""
     patched: list[tuple[Any, Any]] = []
-    for home in _LIBDEVICE_HOMES:
+    for home in LIBDEVICE_HOMES:
         try:
             module = importlib.import_module(home)
         except ImportError:
@@ -144,7 +143,7 @@ def libdevice_shim() -> Iterator[None]:
             patched.append((module, module.libdevice))
             module.libdevice = LIBDEVICE_SHIM
     if not patched:
-        raise RuntimeError(f"found no libdevice to shim in {', '.join(_LIBDEVICE_HOMES)}")
+        raise RuntimeError(f"found no libdevice to shim in {', '.join(LIBDEVICE_HOMES)}")
     try:
         yield
     finally:

@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from lecture_code.internals import triton_driver_api
+
 __all__ = ["TARGET_ARCH", "make_stub_driver"]
 
 TARGET_ARCH = 90  # the stub driver reports an sm_90 (H100) target
@@ -24,8 +26,7 @@ def make_stub_driver(arch: int = TARGET_ARCH) -> Any:
     Built at call time from whatever abstract methods the installed Triton declares, so a method added in
     a later Triton gets a stub that raises instead of a ``TypeError`` at construction.
     """
-    from triton.backends.compiler import GPUTarget
-    from triton.backends.driver import DriverBase
+    DriverBase, GPUTarget = triton_driver_api()
 
     def _not_on_cpu(name: str) -> Callable[..., Any]:
         def method(self, *args, **kwargs):

@@ -10,7 +10,7 @@ from wrapper_fixtures import CPU_WRAPPER, GPU_WRAPPER
 
 from lecture_code.compile import capture_compiled_code, concatenation_report, memory_lines, parse_output_code
 from lecture_code.compile.generated_code import CompiledCode
-from lecture_code.triton_cpu.internals import triton_on_cpu_expected
+from lecture_code.internals import triton_on_cpu_expected
 
 
 def _report(text):

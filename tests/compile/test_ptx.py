@@ -7,8 +7,9 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.vector_add import _vector_add_kernel
+from kernels.pointwise.vector_add import _vector_add_kernel
 from lecture_code.compile import capture_compiled_code
+from lecture_code.internals import triton_on_cpu_expected
 from lecture_code.ptx import (
     compile_for_gpu,
     compile_generated_kernel,
@@ -20,7 +21,6 @@ from lecture_code.ptx import (
     tensor_core_instructions,
     uses_wgmma,
 )
-from lecture_code.triton_cpu.internals import triton_on_cpu_expected
 
 VECTOR_ADD_SIGNATURE = {"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32"}
 

@@ -16,7 +16,7 @@ from compile_test_models import bce_loss, eager_grads
 
 from kernels.runtime import interpreting
 from lecture_code.compile import capture_compiled_code, find_kernels
-from lecture_code.triton_cpu import KNOWN_TO_WORK
+from lecture_code.internals import KNOWN_TO_WORK
 from lecture_code.triton_cpu import inductor_on_cpu as triton_on_cpu
 from lecture_code.triton_cpu.inductor_on_cpu import (
     LIBDEVICE_SHIM,
@@ -112,7 +112,7 @@ def test_ci_runs_a_known_pair():
     ``KNOWN_TO_WORK`` fails here instead of letting every Triton-on-CPU test accept C++."""
     if os.environ.get("CI") and not torch.cuda.is_available():
         assert MUST_WRITE_TRITON, triton_on_cpu.describe_versions()
-    assert ("2.13", "3.9") in KNOWN_TO_WORK
+    assert ((2, 13), (3, 9)) in KNOWN_TO_WORK  # (torch, triton) as (major, minor)
 
 
 def test_failure_inside_the_block_reruns_with_cpp_on_other_versions(monkeypatch):

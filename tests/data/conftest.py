@@ -58,10 +58,11 @@ def raw_rows(seed):
 
 @pytest.fixture
 def write_lines(tmp_path):
-    """Write text lines to ``tmp_path / name`` (gzip when the name ends in .gz) and return the path."""
+    """Write text lines to ``tmp_path / name`` (gzip when the name ends in .gz) and return the path;
+    ``newline="\\r\\n"`` writes Windows line ends."""
 
-    def write(lines: list[str], name: str = "raw.tsv", final_newline: bool = True):
-        data = ("\n".join(lines) + ("\n" if final_newline else "")).encode()
+    def write(lines: list[str], name: str = "raw.tsv", final_newline: bool = True, newline: str = "\n"):
+        data = (newline.join(lines) + (newline if final_newline else "")).encode()
         path = tmp_path / name
         path.write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
         return path

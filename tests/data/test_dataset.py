@@ -22,8 +22,8 @@ from lecture_code.data import (
     train_holdout_split,
     vocabulary_rows,
 )
-from lecture_code.data.default_data import REPO_ROOT
 from lecture_code.data.metadata import PARQUET_FILE
+from lecture_code.paths import REPO_ROOT
 
 
 @pytest.fixture(scope="module")

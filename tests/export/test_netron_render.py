@@ -1,7 +1,7 @@
 """Netron serves an exported graph on loopback, and headless Chromium renders it (no consent dialog).
 
 Needs Playwright (a pip package, in requirements.txt) and a system Chromium: the ``chromium`` fixture of
-``tests/conftest.py`` (installed with apt on a fresh Debian CI machine running as root, else a skip).
+``tests/conftest.py`` (``make setup-browser`` installs one; without it these tests skip, saying why).
 """
 
 from __future__ import annotations

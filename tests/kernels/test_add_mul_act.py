@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from kernels import reference, runtime
-from kernels.add_mul_act import ACTIVATIONS, add_mul_act
+from kernels.pointwise.add_mul_act import ACTIVATIONS, add_mul_act
 
 # (dtype, atol, rtol). The kernel's contract is "compute in fp32, round once to the input dtype", so the
 # reference is evaluated in fp32 on the same inputs and rounded once (eager fp16 rounds z three times).

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from kernels import reference, runtime
-from kernels.bias_relu import bias_relu
+from kernels.pointwise.bias_relu import bias_relu
 
 # (dtype, atol, rtol) for grad_bias. The forward and grad_x are compared bit-exactly: both sides round the
 # same fp32 value (x + bias, or grad masked) once to the dtype.

@@ -12,12 +12,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-import kernels.add_mul_act as add_mul_act_module
-import kernels.bias_relu as bias_relu_module
-import kernels.embedding_tbe as tbe_module
-import kernels.fused_mlp as fused_mlp_module
-import kernels.interaction_dot as interaction_module
+import kernels.dlrm.embedding_tbe as tbe_module
+import kernels.dlrm.interaction_dot as interaction_module
 import kernels.launch as launch_module
+import kernels.mlp.fused_mlp as fused_mlp_module
+import kernels.pointwise.add_mul_act as add_mul_act_module
+import kernels.pointwise.bias_relu as bias_relu_module
 from kernels import runtime
 
 REDUCE = launch_module._launch_column_sum  # the second stage of the bias gradient

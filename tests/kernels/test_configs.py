@@ -14,6 +14,7 @@ import torch
 
 from kernels import configs
 from kernels.configs import BranchConfig, ConfigCache, GemmConfig, KernelConfig, resolve, token_bucket, tune
+from kernels.lora import tune as tune_cli
 
 
 @dataclass(frozen=True)
@@ -206,10 +207,10 @@ def test_second_process_reads_the_cache_and_does_not_tune(cache_dir):
 
 
 def test_pretune_command_fills_the_cache(cache_dir, capsys):
-    assert configs.main(["tune", "--shape", "16,32,24,4", "--dtype", "float32"]) == 0
+    assert tune_cli.main(["tune", "--shape", "16,32,24,4", "--dtype", "float32"]) == 0
     printed = capsys.readouterr().out
     assert "forward v3" in printed and "backward dX" in printed and "branch v1" in printed
     entries = json.loads((cache_dir / configs.CACHE_FILE).read_text())["entries"]
     kernels_tuned = sorted(json.loads(k)[0] for k in entries)
     assert kernels_tuned == ["lora_branch", "lora_bwd_dx_fused", "lora_fwd_v3"]
-    assert configs.main(["show"]) == 0 and "lora_fwd_v3" in capsys.readouterr().out
+    assert tune_cli.main(["show"]) == 0 and "lora_fwd_v3" in capsys.readouterr().out

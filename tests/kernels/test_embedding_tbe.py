@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-import kernels.embedding_tbe as tbe_module
+import kernels.dlrm.embedding_tbe as tbe_module
 from kernels import reference
-from kernels.embedding_tbe import TableBatchedEmbedding, embedding_tbe, table_offsets_for
+from kernels.dlrm.embedding_tbe import TableBatchedEmbedding, embedding_tbe, table_offsets_for
 from kernels.runtime import default_device
 
 SIZES = [5, 1, 9, 4]  # a one-row table, odd sizes

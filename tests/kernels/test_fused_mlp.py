@@ -6,10 +6,10 @@ import pytest
 import torch
 import triton
 
-import kernels.fused_mlp as fused_mlp_module
+import kernels.mlp.fused_mlp as fused_mlp_module
 from kernels import reference, runtime
 from kernels.configs import MlpConfig
-from kernels.fused_mlp import MAX_HIDDEN, SMEM_BUDGET, fused_mlp, launch_params
+from kernels.mlp.fused_mlp import MAX_HIDDEN, SMEM_BUDGET, fused_mlp, launch_params
 
 # (dtype, atol, rtol). Both sides accumulate the dots in fp32 and round h to the dtype before the second
 # Linear; they differ in summation order, so a few elements of h round the other way.

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from kernels import reference
-from kernels.interaction_dot import interaction_dot, interaction_dot_output_dim
+from kernels.dlrm.interaction_dot import interaction_dot, interaction_dot_output_dim
 from kernels.runtime import default_device
 from lecture_code.model.interaction_arch import DotInteraction
 

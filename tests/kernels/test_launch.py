@@ -7,8 +7,6 @@ import torch
 
 import kernels.launch as launch
 from kernels import reference, runtime
-from kernels.add_mul_act import add_mul_act
-from kernels.bias_relu import bias_relu
 from kernels.launch import (
     MAX_BLOCK_N,
     MAX_ROW_GROUPS,
@@ -23,6 +21,8 @@ from kernels.launch import (
     reduce_partials,
     row_groups,
 )
+from kernels.pointwise.add_mul_act import add_mul_act
+from kernels.pointwise.bias_relu import bias_relu
 
 
 def test_integer_helpers():

@@ -8,11 +8,11 @@ import warnings
 import pytest
 import torch
 
-import kernels.lora as lora_module
-import kernels.lora_gemm as lora_gemm_module
+import kernels.lora.gemm as lora_gemm_module
+import kernels.lora.linear as lora_module
 from kernels import reference, runtime
 from kernels.configs import GemmConfig
-from kernels.lora import VERSIONS, choose_version, lora_linear
+from kernels.lora.linear import VERSIONS, choose_version, lora_linear
 
 # (dtype, tol). Checked elementwise as |got - want| ≤ tol · (max|want| + |want|) against float64: the kernels
 # and eager torch both round t = x Aᵀ, s·t and the output to the dtype and accumulate dots in fp32, so the
@@ -115,7 +115,7 @@ def test_persistent_programs_share_tiles(order, dtype, tol, seed, poison_empty, 
 def test_producers_compute_d(dtype, tol, seed, poison_empty):
     # lowrank_gemm's third product D = Pᵀ·G by the producers, beside out and Tₛ, against float64; D's column
     # strips end mid-strip (C = 200), its rows mid-block (M = 45), r = 3 is padded to 16.
-    from kernels.lora_gemm import gemm_rule, lowrank_gemm
+    from kernels.lora.gemm import gemm_rule, lowrank_gemm
 
     device = runtime.default_device()
     p, q = torch.randn(45, 200, device=device).to(dtype), torch.randn(200, 24, device=device).to(dtype)
@@ -131,7 +131,7 @@ def test_producers_compute_d(dtype, tol, seed, poison_empty):
 
 
 def test_producers_get_sms_of_their_own():
-    from kernels.lora_gemm import SHRINK_PROGRAMS, programs_split
+    from kernels.lora.gemm import SHRINK_PROGRAMS, programs_split
 
     # 8192 × 4096 × 4096 at 128 × 256 tiles on an H100's 132 SMs: 1024 tiles, 64 row blocks. 4 producers leave
     # 128 tile programs, 8 tiles each, the rounds 132 programs would need too. T given: one program per SM.
@@ -293,21 +293,21 @@ def test_cpu_tensor_on_the_gpu_path():
     ids=["2049-rows", "r128", "one-row", "odd-K-N", "r64"],
 )
 def test_gpu_bf16_shapes(version, shape, seed, poison_empty):
-    x, w, a, b, b0 = _inputs(*shape, torch.bfloat16)
+    x, w, a, b, b0 = _inputs(*shape, torch.bfloat16, device="cuda")
     if version in ("v2", "v3") and choose_version(x, w, b, None)[1] is not None:
         with pytest.raises(ValueError, match="cannot run"):
             lora_linear(x, w, a, b, SCALE, b0, version=version)
         return
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # the odd shape's general-path note
-        _check(x, w, a, b, b0, 3e-2, version=version)
+        assert _check(x, w, a, b, b0, 3e-2, version=version).is_cuda
 
 
 @pytest.mark.parametrize("dtype, tol", DTYPES)
 def test_skinny_products_one_pass(dtype, tol, seed, monkeypatch):
     # s·(P·L) and Pᵀ·T from one pass over P, with several row groups and column strips (fp32 partials,
     # summed in a fixed order), and the transposed D layout of dA; against float64.
-    import kernels.lora_skinny as skinny
+    import kernels.lora.skinny as skinny
 
     monkeypatch.setattr(skinny, "_tiles", lambda M, C, device: (16, 16, 3, 4))
     monkeypatch.setattr(skinny, "_plan", functools.lru_cache(skinny._plan.__wrapped__))  # no cached plans
@@ -346,11 +346,11 @@ def test_launch_key_is_finer_than_triton_specialization():
 def test_cached_launch_matches_normal_launch(version, seed):
     # Same bits through the compiled kernel's own launcher as through kernel[grid](...), forward and backward,
     # and for a misaligned x (v1 then: a second launch key for the same shape).
-    import kernels.lora_branch as branch_module
-    import kernels.lora_skinny as skinny_module
+    import kernels.lora.branch as branch_module
+    import kernels.lora.skinny as skinny_module
 
     launchers = [lora_gemm_module._launch, branch_module._launch, skinny_module._launch]
-    x, w, a, b, b0 = _inputs(1000, 256, 384, 16, torch.bfloat16)
+    x, w, a, b, b0 = _inputs(1000, 256, 384, 16, torch.bfloat16, device="cuda")
     wide = torch.randn(1000 * 256 + 1, device=x.device).to(x.dtype)
     for xs in (x, wide[1:].view(1000, 256)):  # the second: data_ptr 2 bytes past an aligned one
         xs.copy_(x)
@@ -366,6 +366,7 @@ def test_cached_launch_matches_normal_launch(version, seed):
             results.append([y, *torch.autograd.grad(y, leaf, torch.ones_like(y))])
         for launcher in launchers:
             launcher.enabled = True
+        assert all(r.is_cuda for r in results[0])
         for got in results[1:]:
             assert all(torch.equal(g, r) for g, r in zip(got, results[0], strict=True))
     assert lora_gemm_module._launch._runners and branch_module._launch._runners

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-import kernels.multi_lora as ml
+import kernels.multi_lora.shrink_expand as ml
 from kernels import reference, runtime
 from kernels.configs import BranchConfig
-from kernels.multi_lora import add_multi_lora, multi_lora_rule
-from kernels.multi_lora_meta import build_meta
+from kernels.multi_lora.metadata import build_meta
+from kernels.multi_lora.shrink_expand import add_multi_lora, multi_lora_rule
 
 # (dtype, tol). Checked elementwise as |got - want| ≤ tol · (max|want| + |want|) against float64: the kernels
 # sum x Aᵀ in fp32, round s·t to the dtype once, add t Bᵀ to y in fp32 and round y once.
@@ -276,16 +276,19 @@ GPU_GRID = [
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("T, L, r, widths", GPU_GRID)
 def test_gpu_bf16_grid(T, L, r, widths, path, seed, poison_empty):
-    args = _inputs(T, 2049 if len(widths) == 1 else 1024, widths, r, L, "mixed", "tensor", torch.bfloat16)
-    _check(*args, 3e-2, path=path)
+    args = _inputs(
+        T, 2049 if len(widths) == 1 else 1024, widths, r, L, "mixed", "tensor", torch.bfloat16, device="cuda"
+    )
+    assert _check(*args, 3e-2, path=path).is_cuda
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("T", [16, 256, 4096, 16384])
 def test_gpu_issue_shapes_and_determinism(T, seed):
-    args = _inputs(T, 4096, (4096,), 16, 8, "mixed", "float", torch.bfloat16)
+    args = _inputs(T, 4096, (4096,), 16, 8, "mixed", "float", torch.bfloat16, device="cuda")
     for path in PATHS:
         got = _check(*args, 3e-2, path=path)
+        assert got.is_cuda
         again = add_multi_lora(args[0].clone(), *args[1:], path=path)
         assert torch.equal(got, again), f"{path}: not bitwise reproducible"
     _check(*args, 3e-2, path="split", deterministic=False)
@@ -295,7 +298,9 @@ def test_gpu_issue_shapes_and_determinism(T, seed):
 @pytest.mark.parametrize("path", PATHS)
 def test_gpu_cuda_graph_capture(path, seed):
     # Metadata and kernels captured once, replayed for a new batch of ids copied into the static buffer.
-    y, x, a, b, ids, scale = _inputs(64, 512, (256, 128), 16, 4, "mixed", "tensor", torch.bfloat16)
+    y, x, a, b, ids, scale = _inputs(
+        64, 512, (256, 128), 16, 4, "mixed", "tensor", torch.bfloat16, device="cuda"
+    )
     y_static, ids_static = y.clone(), ids.clone()
 
     def step():

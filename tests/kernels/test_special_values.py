@@ -18,9 +18,9 @@ import torch
 
 import kernels.cuda as kernels_cuda
 from kernels import reference, runtime
-from kernels.add_mul_act import ACTIVATIONS, add_mul_act
-from kernels.bias_relu import bias_relu
-from kernels.fused_mlp import FINAL_ACTIVATIONS, fused_mlp
+from kernels.mlp.fused_mlp import FINAL_ACTIVATIONS, fused_mlp
+from kernels.pointwise.add_mul_act import ACTIVATIONS, add_mul_act
+from kernels.pointwise.bias_relu import bias_relu
 
 # numpy, running the kernels under the interpreter, warns where it computes inf - inf, inf · 0 or exp(1000)
 pytestmark = pytest.mark.filterwarnings(

@@ -8,7 +8,7 @@ from triton.runtime import JITFunction
 from triton.runtime.interpreter import InterpretedFunction
 
 from kernels import reference, runtime
-from kernels.vector_add import _vector_add_kernel, vector_add
+from kernels.pointwise.vector_add import _vector_add_kernel, vector_add
 
 
 def test_mode_is_set_before_kernels(seed):

@@ -26,8 +26,8 @@ SHAPES = [  # (leading dims of x, K, N, r)
 ]
 
 
-def _layer(K, N, r, dtype, backend, bias=True, **kw) -> LoRALinear:
-    base = nn.Linear(K, N, bias=bias).to(dtype=dtype, device=runtime.default_device())
+def _layer(K, N, r, dtype, backend, bias=True, device=None, **kw) -> LoRALinear:
+    base = nn.Linear(K, N, bias=bias).to(dtype=dtype, device=device or runtime.default_device())
     return LoRALinear(base, r, alpha=2.0 * r + 1, backend=backend, **kw)
 
 
@@ -59,11 +59,12 @@ def test_eager_and_fused_agree_without_bias(seed, randomize_b):
 @pytest.mark.gpu
 @pytest.mark.parametrize("backend", ["eager", "fused"])
 def test_bf16_on_the_gpu(backend, seed, randomize_b):
-    layer = _layer(256, 512, 16, torch.bfloat16, backend)
+    layer = _layer(256, 512, 16, torch.bfloat16, backend, device="cuda")
     randomize_b(layer)
     x = torch.randn(3, 100, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     assert layer.fused_path(300)[1] is None  # the fast path
     y = layer(x)
+    assert y.is_cuda
     grad = torch.randn_like(y)
     got = (y, *torch.autograd.grad(y, (x, layer.lora_a, layer.lora_b), grad))
     want = reference_outputs(layer, x, grad)

@@ -6,7 +6,7 @@ import pytest
 import torch
 from lora_test_helpers import assert_close
 
-from kernels.multi_lora_meta import DEBUG_ENV, build_meta
+from kernels.multi_lora.metadata import DEBUG_ENV, build_meta
 from lecture_code.lora.multi_tenant import (
     make_setup,
     merged_models,
@@ -110,7 +110,8 @@ def test_time_serving_reports_both_passes(seed):
 
 @pytest.mark.gpu
 def test_full_size_on_the_gpu():
-    s = make_setup()  # kaggle preset, the full batch
+    s = make_setup(device=torch.device("cuda"))  # kaggle preset, the full batch
     got = score_mixed(s.model, s.adapters, s.dense, s.sparse, s.adapter_ids)
+    assert got.is_cuda
     want = score_per_market(s.model, merged_models(s.model, s.adapters), s.dense, s.sparse, s.adapter_ids)
     assert_close(got, want, TOL, "full size")

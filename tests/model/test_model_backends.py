@@ -1,9 +1,11 @@
 """The backend switch: eager, compile and fused are one model (same init, keys, outputs, training step).
 
-CPU under the Triton interpreter, so small: 4 tables of 3–50 rows (ids repeat within a batch: the fused
-backward must sum a row's gradients before updating it), batch 24. Tolerances: fp32 throughout; the fused
-kernels sum in another order than eager autograd (sorted segments vs index_add, one ``tl.dot`` vs ``bmm``),
-so results agree to a few ulps of the values involved — ``atol = rtol = 1e-5`` with a margin of ~10×.
+Models and batches live where the kernels run (``default_device()``: the CPU under the Triton interpreter,
+the GPU on a GPU machine, where the fused kernels refuse CPU tensors). Small, for the interpreter: 4 tables
+of 3–50 rows (ids repeat within a batch: the fused backward must sum a row's gradients before updating it),
+batch 24. Tolerances: fp32 throughout; the fused kernels sum in another order than eager autograd (sorted
+segments vs index_add, one ``tl.dot`` vs ``bmm``), so results agree to a few ulps of the values involved —
+``atol = rtol = 1e-5`` with a margin of ~10×.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import torch
 from dlrm_test_data import random_batch, random_metadata
 
 from kernels.reference import rowwise_adagrad_step
+from kernels.runtime import default_device
 from lecture_code.data import Batch
 from lecture_code.model import DLRM, DLRMConfig
 from lecture_code.training import RowWiseAdagrad, evaluate, make_optimizers, make_train_step
@@ -23,6 +26,7 @@ from lecture_code.training.optimizers import embedding_optimizer_state, load_emb
 
 TABLES = (3, 7, 50, 11)
 TOL = dict(atol=1e-5, rtol=1e-5)
+DEVICE = default_device()  # where the fused kernels run; eager runs beside them on the same device
 
 
 def _config(hashing: str = "modulus", **overrides) -> DLRMConfig:
@@ -36,7 +40,7 @@ def _pair(optimizer: str = "sgd", lr: float = 0.05, hashing: str = "modulus", vo
         torch.manual_seed(1234)
         model = DLRM(
             _config(hashing), vocabularies, backend=backend, embedding_optimizer=optimizer, embedding_lr=lr
-        )
+        ).to(DEVICE)
         models.append((model, make_optimizers(model, optimizer, lr)))
     return models
 
@@ -45,7 +49,7 @@ def _batch(rng: np.random.Generator, batch: int = 24) -> Batch:
     dense = torch.from_numpy(np.log1p(rng.exponential(10.0, size=(batch, 13))).astype(np.float32))
     sparse = torch.from_numpy(rng.integers(-1, 1 << 20, size=(batch, len(TABLES)), dtype=np.int64))
     label = torch.from_numpy(rng.integers(0, 2, size=batch).astype(np.float32))
-    return Batch(dense, sparse, label)
+    return Batch(dense, sparse, label).to(DEVICE)
 
 
 def _tables(model: DLRM) -> list[torch.Tensor]:
@@ -68,8 +72,10 @@ def test_fused_forward_matches_eager(rng, hashing):
     models = []
     for backend in ("eager", "fused"):
         torch.manual_seed(7)
-        models.append(DLRM.from_metadata(metadata, hashing=hashing, backend=backend, embedding_dim=16))
-    dense, sparse = random_batch(rng, metadata, 19)  # odd batch
+        models.append(
+            DLRM.from_metadata(metadata, hashing=hashing, backend=backend, embedding_dim=16).to(DEVICE)
+        )
+    dense, sparse = (t.to(DEVICE) for t in random_batch(rng, metadata, 19))  # odd batch
     for training in (True, False):  # training: the fused lookup requires grad; eval: a plain lookup
         for m in models:
             m.train(training)
@@ -154,7 +160,7 @@ def test_checkpoints_move_between_backends(rng, optimizer):
         torch.testing.assert_close(tf, te, **TOL)
     # fused → a fresh eager model: the same weights and state, bit for bit
     torch.manual_seed(99)
-    back = DLRM(_config())
+    back = DLRM(_config()).to(DEVICE)
     back.load_state_dict(fused.state_dict())
     back_opts = make_optimizers(back, optimizer, 0.05)
     load_embedding_optimizer_state(back, back_opts[1], embedding_optimizer_state(fused, None))

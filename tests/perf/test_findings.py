@@ -120,8 +120,8 @@ def test_hash_modules_and_timing():
 
 
 def test_all_feature_hashes_agree_and_batching_cuts_the_ops(tiny_workload):
-    sparse = tiny_workload.batches[0].sparse
-    hashes = all_feature_hashes(tiny_workload.metadata)
+    sparse = tiny_workload.batches[0].sparse  # on the workload's device: the GPU on a GPU machine
+    hashes = {name: h.to(sparse.device) for name, h in all_feature_hashes(tiny_workload.metadata).items()}
     assert list(hashes) == list(ALL_FEATURE_HASHES)
     rows = {name: h(sparse) for name, h in hashes.items()}
     each_mod, batched_mod, each_vocab, batched_vocab = rows.values()

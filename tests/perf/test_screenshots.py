@@ -1,4 +1,5 @@
-"""The screenshot command draws every picture (but Netron) with a sidecar on a tiny CPU run."""
+"""The screenshot command draws every picture (but Netron) with a sidecar on a tiny run: on the CPU here, on
+the GPU of a GPU machine (where the GPU-only measurements join in)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import json
 import pytest
 import torch
 
+from lecture_code.environment import device
 from lecture_code.perf import sidecars
+from lecture_code.perf.host_sync import LAUNCH_BLOCKING
 from lecture_code.perf.kaggle_tables import kaggle_tables
 from lecture_code.perf.screenshots import PICTURES, SETTINGS, Context, Skip, draw_kaggle_tables, main
 
@@ -62,16 +65,21 @@ def test_tiny_run_draws_every_picture_with_a_sidecar(tiny_data_dir, tmp_path):
 
     stages = info["hashing_stages"]["results"]
     assert len(stages) == 5 and all(_spread_ok(r) and len(r["samples_ms"]) == 2 for r in stages)
+    on_gpu = device().type == "cuda"  # the device main measures on
     sync = info["host_sync"]["results"]
-    assert [r["label"] for r in sync] == ["B=64: loss.item() every step", "B=64: loss summed on the device"]
+    labels = ["B=64: loss.item() every step", "B=64: loss summed on the device"]
+    assert [r["label"] for r in sync] == labels + ([f"B=64: {LAUNCH_BLOCKING}"] if on_gpu else [])
     assert all(_spread_ok(r) for r in sync)
+    assert ("child process" if on_gpu else "on a GPU only") in info["host_sync"]["note"]
     compiled = info["eager_vs_compiled"]["results"]
     assert [r["label"] for r in compiled] == ["eager", "torch.compile"]
     assert compiled[1]["first_step_s"] > compiled[0]["first_step_s"]  # the compile is paid on the first call
 
     anatomy = info["step_anatomy"]
     assert [r["batch_size"] for r in anatomy["results"]] == list(SETTINGS["tiny"].anatomy_batches)
-    assert anatomy["explanation"][0].startswith("No GPU in this run")
+    assert all((r["gpu_busy_ms"] is not None) == on_gpu for r in anatomy["results"])
+    first = "B=64: the step takes" if on_gpu else "No GPU in this run"
+    assert anatomy["explanation"][0].startswith(first)
     timeline = info["dlrm_timeline"]
     assert timeline["light_profile"]["steps"] == timeline["heavy_profile"]["steps"] == 3
     assert timeline["unprofiled"]["repeats"] == 2

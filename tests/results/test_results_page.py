@@ -8,9 +8,10 @@ import re
 import pytest
 from result_csvs import write_csv
 
+from lecture_code.paths import REPO_ROOT
 from lecture_code.results.goals import GOALS
 from lecture_code.results.page import BEGIN, END, render, stale, with_block
-from lecture_code.results.sources import REPO_ROOT, latest_results
+from lecture_code.results.sources import latest_results
 
 
 def test_the_committed_page_and_readme_table_are_in_sync():

@@ -2,9 +2,9 @@
 build that renders in headless Chromium (slide count, every picture loaded, nothing past a slide's edge, a
 screenshot that is not blank) and prints to a PDF of one page per slide.
 
-Chromium comes from the system: on a fresh Debian CI machine running as root the fixture installs it with apt
-(the Netron render test's helper, one definition); elsewhere without Chromium the browser tests are skipped
-with the reason.
+Chromium comes from the system (``make setup-browser`` installs it; ``make test`` runs that first): the
+``chromium`` fixture of ``tests/conftest.py``, shared with the Netron render tests; without one the browser
+tests are skipped with the reason.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from result_csvs import dlrm_rows, write_csv
 
-from lecture_code.results.sources import REPO_ROOT
+from lecture_code.paths import REPO_ROOT
 from lecture_code.slides import check_deck, extract, print_pdf, render_deck, split_slides
 from lecture_code.slides.browser import _ink
 from lecture_code.slides.directives import NOT_MEASURED_YET
@@ -24,15 +24,15 @@ DECK = REPO_ROOT / "slides" / "deck.md"
 
 
 def test_code_is_cut_from_the_file_not_retyped():
-    source = (REPO_ROOT / "kernels" / "bias_relu.py").read_text().splitlines()
-    excerpt = extract("kernels/bias_relu.py", "_bias_relu_fwd_kernel", REPO_ROOT)
+    source = (REPO_ROOT / "kernels" / "pointwise" / "bias_relu.py").read_text().splitlines()
+    excerpt = extract("kernels/pointwise/bias_relu.py", "_bias_relu_fwd_kernel", REPO_ROOT)
     assert excerpt.code.splitlines() == source[excerpt.first - 1 : excerpt.last]
     assert source[excerpt.first - 1] == "@triton.jit" and "def _bias_relu_fwd_kernel(" in excerpt.code
     method = extract("lecture_code/model/interaction_arch.py", "DotInteraction.forward", REPO_ROOT)
     assert method.code.startswith("def forward(") and '"""' in method.code
     assert '"""' not in extract("kernels/reference.py", "lora_linear", REPO_ROOT, docstring=False).code
     with pytest.raises(LookupError, match="defines no 'no_such_kernel'"):
-        extract("kernels/bias_relu.py", "no_such_kernel", REPO_ROOT)
+        extract("kernels/pointwise/bias_relu.py", "no_such_kernel", REPO_ROOT)
 
 
 def test_every_code_reference_of_the_deck_exists():

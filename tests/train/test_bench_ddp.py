@@ -24,11 +24,11 @@ def test_scaling_efficiency_is_relative_to_the_same_backend_on_one_rank():
     assert got[:3] == [1.0, pytest.approx(0.75), 1.0] and got[3] is None
 
 
-def test_fused_on_two_ranks_is_a_row_with_the_refusal(monkeypatch):
+def test_eager_cuda_graph_on_two_ranks_is_a_row_with_the_refusal(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("LOCAL_RANK", "1")
     config = DLRMConfig.preset("small", kaggle_tables(cap=10), hashing="modulus")
-    spec = bench_ddp.Spec("fused", config, batch=4, device="cpu", steps=1, warmup=0, repeats=1)
+    spec = bench_ddp.Spec("eager-graph", config, batch=4, device="cpu", steps=1, warmup=0, repeats=1)
     row = bench_ddp._rank_bench(spec)  # refused before any process group is made
-    assert set(row) == {"error"} and "--backend fused under torchrun" in row["error"]
+    assert set(row) == {"error"} and "--cuda-graph under torchrun" in row["error"]

@@ -33,8 +33,8 @@ def test_resume_is_exact(tiny_data, tmp_path, hashing):
     straight = train(_config(tiny_data, tmp_path / "a", steps=30, **common))
     train(_config(tiny_data, tmp_path / "b", steps=13, **common))
     resumed = train(_config(tiny_data, tmp_path / "b", steps=30, resume=True, **common))
-    a = torch.load(straight.checkpoint, weights_only=False)
-    b = torch.load(resumed.checkpoint, weights_only=False)
+    a = torch.load(straight.checkpoint, weights_only=True)
+    b = torch.load(resumed.checkpoint, weights_only=True)
     assert a["step"] == b["step"] == 30
     for name, tensor in a["model"].items():
         torch.testing.assert_close(b["model"][name], tensor, rtol=0, atol=0, msg=name)

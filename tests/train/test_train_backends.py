@@ -36,7 +36,7 @@ def test_cli_fused_backend_trains_and_writes_an_eager_checkpoint(tiny_data, tmp_
     args = ["--data", str(tiny_data), "--run-dir", str(run_dir), "--device", "cpu", "--no-progress"]
     args += ["--holdout-fraction", "0.02", "--steps", "3", "--batch-size", "16"]
     main([*args, "--backend", "fused", "--optimizer", "rowwise_adagrad"])
-    state = torch.load(run_dir / "checkpoint.pt", weights_only=False)
+    state = torch.load(run_dir / "checkpoint.pt", weights_only=True)
     assert state["step"] == 3 and state["config"]["backend"] == "fused"
     momentum = state["embedding_optimizer"]["state"]
     assert len(momentum) == 26 and any(bool((m["momentum"] > 0).any()) for m in momentum.values())

@@ -7,9 +7,8 @@ GELU's tanh form, ``0.5·z·(1 + tanh(u))`` with ``u = √(2/π)·(z + 0.044715�
 The grid is (rows, column blocks). A row of N columns takes ``cdiv(N, BLOCK_N)`` programs, and the last one
 runs past the row's end whenever N is not a multiple of BLOCK_N: ``mask = cols < N`` keeps its loads and
 stores inside the row (without it, the store lands in the next row, or past the end of ``out`` on the last
-row).
-Row offsets are ``row * N`` in int32: fine for the exercise's sizes; ``kernels/bias_relu.py`` uses 64-bit
-offsets for tensors over 2³¹ elements.
+row). Row offsets are ``row * N`` in int32: fine for the exercise's sizes; ``kernels/pointwise/bias_relu.py``
+uses 64-bit offsets for tensors over 2³¹ elements.
 """
 
 from __future__ import annotations

@@ -1,16 +1,16 @@
 """A solution to notebook 07's exercise: the multi-LoRA expand ``y[i] += t[i] B[id(i)]ᵀ``, −1 rows untouched.
 
 One program per (token, block of ``BLOCK_N`` output columns), the simplest grid (Punica's BGMV: one token
-at a time; :mod:`kernels.multi_lora` groups tokens by adapter instead, so a program reuses one adapter's B
-for a block of rows). A program reads its token's adapter id first and returns at once when it is −1: it
-loads nothing and stores nothing, so the row keeps its bits. Otherwise it loads ``t[i]`` ([r], padded with
-zeros to ``BLOCK_R``, the next power of two, since ``tl.arange`` needs one) and the ``[BLOCK_N, r]`` tile
+at a time; :mod:`kernels.multi_lora.shrink_expand` groups tokens by adapter instead, so a program reuses one
+adapter's B for a block of rows). A program reads its token's adapter id first and returns at once when it is
+−1: it loads nothing and stores nothing, so the row keeps its bits. Otherwise it loads ``t[i]`` ([r], padded
+with zeros to ``BLOCK_R``, the next power of two, since ``tl.arange`` needs one) and the ``[BLOCK_N, r]`` tile
 of ``B[id]``, sums ``B t`` over r in fp32, adds y's old values and stores once, rounded to y's dtype.
 
 Two masks: ``rs < r`` for the padded rank, and ``cols < N`` for the last column block of a row, which runs
 past the row's end whenever N is not a multiple of ``BLOCK_N``: without it the store lands in the next
 row's first columns, or past the end of y on the last row. Offsets are int32 products: fine for the
-exercise's sizes (``kernels/multi_lora.py`` uses int64).
+exercise's sizes (``kernels/multi_lora/shrink_expand.py`` uses int64).
 """
 
 from __future__ import annotations

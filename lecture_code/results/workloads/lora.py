@@ -7,7 +7,7 @@ from lecture_code.results.section import NOT_MEASURED, GoalCheck, Headline, Sect
 from lecture_code.results.sources import ResultFile
 
 BASE = "base (frozen linear)"
-OURS = ("v1", "v2", "v3")  # the Triton rungs of kernels.lora's ladder (v0 is its plain-PyTorch rung)
+OURS = ("v1", "v2", "v3")  # the Triton rungs of kernels.lora.linear's ladder (v0 is its plain-PyTorch rung)
 BASELINES = ("eager", "torch.compile", "peft", "unsloth-style", "v0")
 PUBLIC_KERNELS = ("NeMo's fused Triton LoRA",)  # named by issue 10; a CSV without it says so
 
@@ -65,7 +65,7 @@ def build(result: ResultFile) -> Section:
         command="python -m benchmarks.bench_lora",
         what="`y = x Wᵀ + b + s·(x Aᵀ) Bᵀ` against the frozen base linear on the same inputs, forward "
         "(`fwd`) and forward + backward with dX, dA, dB (`fwd+bwd`; the base computes its dX). Ours: the "
-        "Triton versions v1–v3 of `kernels.lora`; v0 is its plain-PyTorch rung.",
+        "Triton versions v1–v3 of `kernels.lora.linear`; v0 is its plain-PyTorch rung.",
         result=result,
         tables=[table],
         goals=goals,

@@ -1,8 +1,8 @@
 """Multi-LoRA metadata: the token→adapter map grouped by adapter, built on the device with no host sync.
 
 A batch of T tokens, each with an adapter id in ``[0, L)`` or −1 (no adapter). The kernels of
-:mod:`kernels.multi_lora` want the tokens of one adapter side by side, so one program can run one adapter's
-weights over a block of its tokens. :func:`build_meta` computes:
+:mod:`kernels.multi_lora.shrink_expand` want the tokens of one adapter side by side, so one program can run
+one adapter's weights over a block of its tokens. :func:`build_meta` computes:
 
 - ``sorted_tokens`` [T] int32: token indices grouped by adapter (a *stable* counting sort: ascending token
   order within an adapter), adapters in ascending id order, the tokens without an adapter last;
@@ -27,7 +27,7 @@ Nothing here reads a value back to the host: shapes depend on T and L only, so t
 by every layer of one step, and building it inside a CUDA graph capture records a fixed sequence of
 launches. The kernels use ``counts`` and ``sorted_tokens`` alone: with ids sorted ascending, adapter l's
 tokens start at Σ_{j<l} counts[j], and a program finds its (adapter, row block) from the counts with a prefix
-sum (see :mod:`kernels.multi_lora`).
+sum (see :mod:`kernels.multi_lora.shrink_expand`).
 
 **Ids out of range.** Ids below −1 or ≥ L are grouped with the −1 tokens (compared in their own dtype, so
 an int64 id of 2³² + 1 is not taken for adapter 1): the kernels leave those rows untouched and never index
@@ -40,7 +40,6 @@ code validates the ids once where it builds the batch.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
@@ -48,16 +47,18 @@ import triton
 import triton.language as tl
 
 from kernels.fast_launch import CachedLauncher
-from kernels.launch import cdiv, check_device, next_pow2
+from kernels.launch import (
+    DEBUG_ENV,
+    MAX_TILE_ELEMENTS,
+    cdiv,
+    check_device,
+    debug_checks,
+    dot_block,
+    int32_offsets,
+    next_pow2,
+)
 
 __all__ = ["DEBUG_ENV", "MultiLoRAMeta", "build_meta", "debug_checks", "meta_blocks"]
-
-DEBUG_ENV = "FUSED_KERNELS_DEBUG"
-
-
-def debug_checks() -> bool:
-    """Whether checks that need a host sync run on CUDA tensors (``FUSED_KERNELS_DEBUG=1``)."""
-    return os.environ.get(DEBUG_ENV, "") not in ("", "0")
 
 
 @dataclass(frozen=True)
@@ -136,7 +137,7 @@ _launch_group = CachedLauncher(_group_kernel)
 def meta_blocks(num_tokens: int, num_adapters: int) -> tuple[int, int, int]:
     """``(BLOCK_T, BLOCK_L, blocks)`` of :func:`build_meta`: buckets padded to a power of two (the L
     adapters and "no adapter"), token blocks of at most 8K one-hot entries; one launch if ``blocks`` is 1."""
-    block_l = max(16, next_pow2(num_adapters + 1))
+    block_l = dot_block(num_adapters + 1)
     block_t = max(16, min(next_pow2(num_tokens), 8192 // block_l))
     return block_t, block_l, cdiv(num_tokens, block_t)
 
@@ -165,13 +166,20 @@ def build_meta(adapter_ids: torch.Tensor, num_adapters: int, validate: bool | No
     if not isinstance(num_adapters, int) or num_adapters < 1:
         raise ValueError(f"build_meta: num_adapters={num_adapters!r} must be an int ≥ 1")
     L, device = num_adapters, adapter_ids.device
+    block_t, block_l, blocks = meta_blocks(adapter_ids.shape[0], L)
+    if max(block_t, next_pow2(blocks)) * block_l > MAX_TILE_ELEMENTS:
+        raise ValueError(
+            f"build_meta: {adapter_ids.shape[0]} tokens and num_adapters={L} are too many for the one-pass "
+            f"grouping (its [{max(block_t, next_pow2(blocks))}, {block_l}] tiles exceed Triton's "
+            f"{MAX_TILE_ELEMENTS} elements per block)"
+        )
     if validate is None:
         validate = device.type == "cpu" or (debug_checks() and not torch.cuda.is_current_stream_capturing())
     if validate:
         _check_ids(adapter_ids, L)
     check_device("build_meta", "adapter_ids", adapter_ids, adapter_ids)
+    adapter_ids = int32_offsets(adapter_ids, (0,))  # the kernels index tokens in int32
     T = adapter_ids.shape[0]
-    block_t, block_l, blocks = meta_blocks(T, L)
     hist_size = blocks * block_l if blocks > 1 else 0
     buf = torch.empty(T + 3 * L + 2 + hist_size, dtype=torch.int32, device=device)  # one allocation
     order, counts, starts, active, num_active, hist = buf.split((T, L, L + 1, L, 1, hist_size))

@@ -38,8 +38,7 @@ import triton
 import triton.language as tl
 
 from kernels.fast_launch import CachedLauncher
-from kernels.launch import cdiv, next_pow2, sm_count
-from kernels.lora_gemm import input_precision
+from kernels.launch import cdiv, dot_block, input_precision, sm_count
 from kernels.runtime import interpreting
 
 __all__ = ["skinny_pays", "skinny_products"]
@@ -136,7 +135,7 @@ def _skinny_kernel(
 def _tiles(M: int, C: int, device: torch.device) -> tuple[int, int, int, int]:
     """(BLOCK_M, BLOCK_C, row groups G, warps): column strips × G row groups ≈ the SM count."""
     if _INTERPRET:
-        return min(64, max(16, next_pow2(M))), min(64, max(16, next_pow2(C))), 1, 4
+        return min(64, dot_block(M)), min(64, dot_block(C)), 1, 4
     bm, bc = 64, 256
     strips = cdiv(C, bc)
     groups = max(1, min(cdiv(M, bm), sm_count(device) // strips))
@@ -159,7 +158,7 @@ def _plan(M: int, C: int, R: int, device, dtype, precision: str, with_u: bool, w
     """Tiles, grid, rows per group and constexprs of one call shape (computed once per shape)."""
     bm, bc, groups, warps = _tiles(M, C, device)
     u_final = with_u and not with_d
-    br = max(16, next_pow2(R))
+    br = dot_block(R)
     stages = 1 if _INTERPRET else (3 if br <= 32 else 2)  # r = 64 at 3 stages: 237 KB asked, 227 KB there
     if u_final:
         bm = 32 if not _INTERPRET else bm

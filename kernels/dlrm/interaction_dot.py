@@ -40,7 +40,15 @@ import triton
 import triton.language as tl
 
 from kernels.fast_launch import CachedLauncher
-from kernels.launch import cdiv, check_device, check_dtype, next_pow2
+from kernels.launch import (
+    MAX_TILE_ELEMENTS,
+    cdiv,
+    check_device,
+    check_dtype,
+    check_tensor,
+    dot_block,
+    int32_offsets,
+)
 
 __all__ = ["interaction_dot", "interaction_dot_output_dim"]
 
@@ -122,10 +130,12 @@ def _interaction_dot_bwd_kernel(
 
 
 def _check(dense: torch.Tensor, sparse: torch.Tensor) -> None:
-    check_dtype("interaction_dot", "dense", dense, dense)
-    check_dtype("interaction_dot", "sparse", sparse, dense)
-    check_device("interaction_dot", "dense", dense, dense)
-    check_device("interaction_dot", "sparse", sparse, dense)
+    check_tensor("interaction_dot", "dense", dense)
+    check_tensor("interaction_dot", "sparse", sparse)
+    check_dtype("interaction_dot", "dense", dense, dense, like="dense")
+    check_dtype("interaction_dot", "sparse", sparse, dense, like="dense")
+    check_device("interaction_dot", "dense", dense, dense, like="dense")
+    check_device("interaction_dot", "sparse", sparse, dense, like="dense")
     if dense.dim() != 2 or sparse.dim() != 3:
         raise ValueError(
             f"interaction_dot: dense must be [B, D] and sparse [B, Fs, D], got {tuple(dense.shape)} and "
@@ -136,10 +146,17 @@ def _check(dense: torch.Tensor, sparse: torch.Tensor) -> None:
             f"interaction_dot: sparse {tuple(sparse.shape)} does not match dense {tuple(dense.shape)} "
             "in B or D"
         )
+    block_f, block_d = _blocks(sparse.shape[1] + 1, dense.shape[1])
+    if max(block_f * block_f, block_f * block_d) > MAX_TILE_ELEMENTS:
+        raise ValueError(
+            f"interaction_dot: F = {sparse.shape[1] + 1} vectors of D = {dense.shape[1]} do not fit one "
+            f"program's tiles ([F, D] and [F, F], padded to {block_f} x {block_d}; Triton allows "
+            f"{MAX_TILE_ELEMENTS} elements per block)"
+        )
 
 
 def _blocks(F: int, D: int) -> tuple[int, int]:
-    return max(16, next_pow2(F)), max(16, next_pow2(D))
+    return dot_block(F), dot_block(D)
 
 
 def _constexprs(block_f: int, block_d: int) -> tuple:
@@ -195,6 +212,8 @@ def interaction_dot(dense: torch.Tensor, sparse: torch.Tensor) -> torch.Tensor:
     """``[dense, strict lower triangle of T Tᵀ]`` with ``T = [dense; sparse]``: ``[B, D]``, ``[B, Fs, D]`` →
     ``[B, D + F(F-1)/2]``, one Triton kernel each way (differentiable in dense and sparse)."""
     _check(dense, sparse)
+    # Samples are indexed in int64, features and columns in int32: an input too large for that is copied.
+    dense, sparse = int32_offsets(dense), int32_offsets(sparse, (1, 2))
     if torch.is_grad_enabled() and (dense.requires_grad or sparse.requires_grad):
         return _InteractionDot.apply(dense, sparse)
     return _forward(dense, sparse)

@@ -13,7 +13,7 @@ that has tokens once (r·(S·K + N)·e each). At T = 4096, K = N = 4096, r = 16,
 bound by launches and host time, not bytes. A per-adapter loop pays L host syncs and ~5·L kernels;
 gather + bmm writes T copies of the weights (T·r·(K + N)·e: 67 MB at T = 256) and reads them back.
 
-**Grouping** (:mod:`kernels.multi_lora_meta`): the tokens sorted by adapter, ``counts`` per adapter. A
+**Grouping** (:mod:`kernels.multi_lora.metadata`): the tokens sorted by adapter, ``counts`` per adapter. A
 program here owns one *tile*, a block of ``BLOCK_M`` consecutive tokens of one adapter. The tiles of all
 adapters are numbered in order; program p finds its adapter and row block from ``counts`` in-kernel (a
 prefix sum over ``L`` counts: ``tiles_l = ⌈counts_l / BLOCK_M⌉``; the adapter is the number of prefix ends
@@ -52,7 +52,7 @@ call costs one dictionary lookup, never an autotuner's dispatch. Launches go thr
 **Graph capture.** The grid and every launch argument depend on shapes and addresses only; the slice
 table (pointers and strides of the stacks, one int64 row per slice) is built on the first call for given
 stacks and cached: make that first call before capturing, as any warm-up. Ids out of range: see
-:mod:`kernels.multi_lora_meta` (rows left untouched; an error under the debug flag or on CPU).
+:mod:`kernels.multi_lora.metadata` (rows left untouched; an error under the debug flag or on CPU).
 """
 
 from __future__ import annotations
@@ -68,9 +68,19 @@ import triton.language as tl
 
 from kernels.configs import BranchConfig, resolve, tuning_key
 from kernels.fast_launch import CachedLauncher
-from kernels.launch import cdiv, check_device, check_dtype, next_pow2, sm_count
-from kernels.lora_gemm import input_precision
-from kernels.multi_lora_meta import MultiLoRAMeta, build_meta
+from kernels.launch import (
+    cdiv,
+    check_device,
+    check_dtype,
+    check_int32_offsets,
+    check_output,
+    check_tensor,
+    dot_block,
+    input_precision,
+    int32_offsets,
+    sm_count,
+)
+from kernels.multi_lora.metadata import MultiLoRAMeta, build_meta
 from kernels.runtime import dot_upcast, interpreting
 
 __all__ = ["DEFAULT_PATH", "MAX_RANK", "MultiLoRAPlan", "add_multi_lora", "multi_lora_rule", "plan"]
@@ -277,7 +287,7 @@ def _expand_kernel(
 
 
 def _block_r(R: int) -> int:
-    return max(16, next_pow2(R))  # tl.dot needs ≥ 16 on each side
+    return dot_block(R)  # tl.dot needs ≥ 16 on each side
 
 
 def multi_lora_rule(
@@ -299,9 +309,9 @@ def multi_lora_rule(
     per = cdiv(max(T, 1), lanes)
     if interpreting():
         bm, bn, bk = (
-            min(32, max(16, next_pow2(per))),
-            min(64, max(16, next_pow2(N))),
-            min(64, max(16, next_pow2(K))),
+            min(32, dot_block(per)),
+            min(64, dot_block(N)),
+            min(64, dot_block(K)),
         )
         return BranchConfig(
             bm, block_r if kernel == "shrink" else bn, block_r if kernel == "expand" else bk, 1, 4, 1
@@ -377,7 +387,7 @@ def _launches(p: MultiLoRAPlan, T, K, widths, R, L, dtype, sliced, scale_tensor,
     S, N = len(widths), max(widths)
     common = (("SLICED", sliced),)
     prec = (("DOT_UPCAST", dot_upcast(dtype)), ("INPUT_PRECISION", input_precision(dtype)))
-    block_r, block_l = _block_r(R), max(16, next_pow2(L))
+    block_r, block_l = _block_r(R), dot_block(L)
 
     def slots(c):
         return cdiv(T, c.block_m) + min(L, T)
@@ -464,7 +474,8 @@ def _stacks(lora_a, lora_b) -> list[tuple[torch.Tensor, torch.Tensor]]:
 def _check(y, x, slices, adapter_ids, scale) -> tuple[int, int, tuple[int, ...], int, int]:
     """Shapes, dtypes and devices; returns (T, K, slice widths, r, L)."""
     for name, t in (("x", x), ("y", y)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 2:
+        check_tensor(FN, name, t)
+        if t.dim() != 2:
             raise ValueError(f"{FN}: {name} must be a 2-D tensor, got {getattr(t, 'shape', type(t))}")
     T, K = x.shape
     check_device(FN, "y", y, x)
@@ -472,10 +483,13 @@ def _check(y, x, slices, adapter_ids, scale) -> tuple[int, int, tuple[int, ...],
     check_dtype(FN, "y", y, x)
     if y.shape[0] != T:
         raise ValueError(f"{FN}: y has {y.shape[0]} rows but x has {T}")
+    check_tensor(FN, "lora_a" if len(slices) == 1 else "lora_a[0]", slices[0][0])
     L, R = slices[0][0].shape[0], slices[0][0].shape[1] if slices[0][0].dim() == 3 else -1
     widths = []
     for i, (a, b) in enumerate(slices):
         sa, sb = ("lora_a", "lora_b") if len(slices) == 1 else (f"lora_a[{i}]", f"lora_b[{i}]")
+        check_tensor(FN, sa, a)
+        check_tensor(FN, sb, b)
         if a.dim() != 3 or b.dim() != 3:
             raise ValueError(
                 f"{FN}: {sa} must be [L, r, K] and {sb} [L, N, r]; got {tuple(a.shape)}, {tuple(b.shape)}"
@@ -525,6 +539,12 @@ def _check(y, x, slices, adapter_ids, scale) -> tuple[int, int, tuple[int, ...],
         check_device(FN, "scale", scale, x)
     elif not isinstance(scale, numbers.Real):
         raise TypeError(f"{FN}: scale must be a float or an [L] tensor, got {type(scale).__name__}")
+    # y is written in place: no two of its elements may share memory, and none with what the kernels read.
+    reads = {"x": x, "adapter_ids": adapter_ids, "scale": scale if isinstance(scale, torch.Tensor) else None}
+    for i, (a, b) in enumerate(slices):
+        reads |= {f"lora_a[{i}]": a, f"lora_b[{i}]": b} if len(slices) > 1 else {"lora_a": a, "lora_b": b}
+    check_output(FN, "y", y, reads)
+    check_int32_offsets(FN, "y", y, (1,))  # columns are indexed in int32 (tokens in int64)
     return T, K, tuple(widths), R, L
 
 
@@ -544,15 +564,25 @@ def add_multi_lora(
     """``y[t, cols_s] += scale[id(t)] · x[t] A_s[id(t)]ᵀ B_s[id(t)]ᵀ`` in place for each token with an
     adapter; returns y. Rows whose id is −1 are not touched (bitwise).
 
-    x [T, K], y [T, N] (any strides); ``lora_a`` [L, r, K] and ``lora_b`` [L, N, r], or sequences of stacks
-    (slices, one rank, widths summing to N); ``adapter_ids`` [T] int32/int64; ``scale`` a float or [L]
-    tensor. ``meta``: :func:`kernels.multi_lora_meta.build_meta` of ``adapter_ids`` made once for all layers
-    of a step (built here when None). ``deterministic``: no atomics (the default; see the module).
+    x [T, K], y [T, N] (any strides; y, written in place, may share no memory with itself or with the
+    inputs: a broadcast or overlapping y is refused); ``lora_a`` [L, r, K] and ``lora_b`` [L, N, r], or
+    sequences of stacks (slices, one rank, widths summing to N); ``adapter_ids`` [T] int32/int64; ``scale``
+    a float or [L] tensor. ``meta``: :func:`kernels.multi_lora.metadata.build_meta` of ``adapter_ids`` made
+    once for all layers of a step (built here when None). ``deterministic``: no atomics (the default; see
+    the module).
     ``path``: ``"fused"``, ``"split"`` or None (:data:`DEFAULT_PATH`); ``configs``: per-kernel config
     overrides (``{"fused" | "shrink" | "expand": BranchConfig}``).
     """
     slices = _stacks(lora_a, lora_b)
     T, K, widths, R, L = _check(y, x, slices, adapter_ids, scale)
+    # The kernels index K, r and N in int32 (tokens and adapters in int64): an input too large is copied.
+    x = int32_offsets(x)
+    if any(int32_offsets(t, (1, 2)) is not t for ab in slices for t in ab):  # all alike: one inner stride
+        slices = [(a.contiguous(), b.contiguous()) for a, b in slices]
+    if isinstance(scale, torch.Tensor):
+        scale = scale.contiguous()  # the kernels read scale[adapter] with unit stride
+    if meta is not None and not isinstance(meta, MultiLoRAMeta):
+        raise TypeError(f"{FN}: meta must be build_meta's MultiLoRAMeta or None, got {type(meta).__name__}")
     if meta is None:
         meta = build_meta(adapter_ids, L)
     elif meta.num_tokens != T or meta.num_adapters != L or meta.device != x.device:

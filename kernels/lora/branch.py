@@ -1,8 +1,8 @@
 """LoRA's low-rank branch as one kernel, added onto a base output: ``y += s·(x Aᵀ) Bᵀ``; ``s·x Aᵀ`` out.
 
 Shapes: x [M, K], A [r, K], B [N, r], y [M, N] (the base ``x Wᵀ + b`` already written by cuBLAS), s·t [M, r].
-This is LoRA v1 in :mod:`kernels.lora`, and its general path: pointer loads with masks and any strides, so it
-takes every shape and layout the tensor-descriptor kernel (:mod:`kernels.lora_gemm`) cannot.
+This is LoRA v1 in :mod:`kernels.lora.linear`, and its general path: pointer loads with masks and any
+strides, so it takes every shape and layout the tensor-descriptor kernel (:mod:`kernels.lora.gemm`) cannot.
 
 Each program owns a block of rows and keeps ``t = x[rows] Aᵀ`` (fp32 ``[BLOCK_M, r]``) on chip, as NeMo's
 fused LoRA kernel does:
@@ -30,8 +30,7 @@ import triton.language as tl
 
 from kernels.configs import BranchConfig
 from kernels.fast_launch import CachedLauncher
-from kernels.launch import cdiv, next_pow2
-from kernels.lora_gemm import input_precision
+from kernels.launch import cdiv, dot_block, input_precision
 from kernels.runtime import dot_upcast, interpreting
 
 __all__ = ["branch_rule", "lora_branch_"]
@@ -106,9 +105,9 @@ def _lora_branch_kernel(
 def branch_rule(M: int, K: int, N: int, r: int, dtype: torch.dtype, num_sms: int) -> BranchConfig:
     """Row blocks of 64 (the ``[64, r]`` fp32 t tile is small), 128-wide output tiles, 64-deep K steps;
     ``split`` so that there are about two programs per SM. Interpreter: tiles no larger than the problem."""
-    block_r = max(16, next_pow2(r))
+    block_r = dot_block(r)
     if interpreting():
-        bm, bn, bk = (min(64, max(16, next_pow2(d))) for d in (M, N, K))
+        bm, bn, bk = (min(64, dot_block(d)) for d in (M, N, K))
         return BranchConfig(bm, bn, bk, 1, 4, 1)
     bm = 64 if block_r <= 64 else 32
     bn, bk = 128, 64
@@ -121,7 +120,7 @@ def _constexprs(dtype: torch.dtype, precision: str, R: int, c: BranchConfig) -> 
     return (
         ("DOT_UPCAST", dot_upcast(dtype)), ("INPUT_PRECISION", precision),
         ("BLOCK_M", c.block_m), ("BLOCK_N", c.block_n), ("BLOCK_K", c.block_k),
-        ("BLOCK_R", max(16, next_pow2(R))),
+        ("BLOCK_R", dot_block(R)),
     )  # fmt: skip
 
 

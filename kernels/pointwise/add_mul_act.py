@@ -65,6 +65,8 @@ from kernels.launch import (
     cdiv,
     check_device,
     check_dtype,
+    check_tensor,
+    int32_offsets,
     pointwise_tile,
     reduce_partials,
     row_groups,
@@ -196,6 +198,8 @@ def _check(x: torch.Tensor, bias: torch.Tensor, y: torch.Tensor, alpha, activati
     if isinstance(alpha, torch.Tensor) or not isinstance(alpha, (int, float)):
         raise TypeError(f"add_mul_act: alpha must be a Python float (a constant), got {type(alpha).__name__}")
     for name, t in (("x", x), ("bias", bias), ("y", y)):
+        check_tensor("add_mul_act", name, t)
+    for name, t in (("x", x), ("bias", bias), ("y", y)):
         check_dtype("add_mul_act", name, t, x)
         check_device("add_mul_act", name, t, x)
         if name != "bias" and t.dim() < 1:
@@ -215,6 +219,8 @@ def _forward(x: torch.Tensor, bias: torch.Tensor, y: torch.Tensor, alpha: float,
     M, N = x2.shape
     if M == 0 or N == 0:
         return out
+    # Column offsets are int32 in the kernel: an input too large for them along a row is copied.
+    x2, y2, bias = int32_offsets(x2), int32_offsets(y2), int32_offsets(bias)
     block_m, block_n = pointwise_tile(M, N, sm_count(x.device))  # a rule, not autotuning: see bias_relu
     args = (x2, bias, y2, o2, M, N, float(alpha), x2.stride(0), x2.stride(1), bias.stride(0),
             y2.stride(0), y2.stride(1), o2.stride(0), o2.stride(1))  # fmt: skip
@@ -226,7 +232,8 @@ def _forward(x: torch.Tensor, bias: torch.Tensor, y: torch.Tensor, alpha: float,
 def _backward(grad, x, bias, y, alpha: float, activation: str):
     """(grad_x, grad_bias, grad_y) from one fused pass plus the small partial-sum reduction."""
     grad = grad.to(x.dtype)
-    g2, x2, y2 = as_rows(grad, "grad"), as_rows(x, "x"), as_rows(y, "y")
+    g2, x2, y2 = (int32_offsets(as_rows(t, name)) for t, name in ((grad, "grad"), (x, "x"), (y, "y")))
+    bias = int32_offsets(bias)
     M, N = x2.shape
     grad_x = torch.empty((M, N), device=x.device, dtype=x.dtype)
     grad_y = torch.empty((M, N), device=x.device, dtype=x.dtype)
@@ -266,7 +273,7 @@ def add_mul_act(
     x: torch.Tensor, bias: torch.Tensor, y: torch.Tensor, alpha: float = 1.0, activation: str = "relu"
 ) -> torch.Tensor:
     """``act(x + bias + alpha·y)`` in one fused Triton kernel; differentiable in x, bias and y."""
-    _check(x, bias, y, alpha, activation)
+    _check(x, bias, y, alpha, activation)  # before .requires_grad: a clear error for a non-tensor
     if torch.is_grad_enabled() and (x.requires_grad or bias.requires_grad or y.requires_grad):
         return _AddMulAct.apply(x, bias, y, float(alpha), activation)
     return _forward(x, bias, y, float(alpha), activation)  # inference: skip autograd's bookkeeping

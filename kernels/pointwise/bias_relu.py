@@ -60,6 +60,10 @@ from kernels.launch import (
     cdiv,
     check_device,
     check_dtype,
+    check_int32_offsets,
+    check_output,
+    check_tensor,
+    int32_offsets,
     pointwise_tile,
     reduce_partials,
     row_groups,
@@ -132,7 +136,13 @@ _launch_fwd = CachedLauncher(_bias_relu_fwd_kernel)  # launches cached per shape
 _launch_bwd = TunedLauncher(_bwd_tuned)
 
 
+def _check_tensors(x, bias, out) -> None:
+    for name, t in (("x", x), ("bias", bias)) + ((("out", out),) if out is not None else ()):
+        check_tensor("bias_relu", name, t)
+
+
 def _check(x: torch.Tensor, bias: torch.Tensor, out: torch.Tensor | None) -> None:
+    _check_tensors(x, bias, out)
     for name, t in (("x", x), ("bias", bias)):
         check_dtype("bias_relu", name, t, x)
         check_device("bias_relu", name, t, x)
@@ -147,12 +157,16 @@ def _check(x: torch.Tensor, bias: torch.Tensor, out: torch.Tensor | None) -> Non
             raise ValueError(f"bias_relu: out has shape {tuple(out.shape)}, expected {tuple(x.shape)}")
         check_dtype("bias_relu", "out", out, x)
         check_device("bias_relu", "out", out, x)
+        # Written in place: no element may share memory with another, nor with bias; with x only if out *is*
+        # x (in place: each element is read, then written, by the same program).
+        name = "out" if out is not x else "x"
+        check_output("bias_relu", name, out, {"x": x, "bias": bias}, in_place=("x",))
 
 
 def _forward(x: torch.Tensor, bias: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
     """Launch the forward. ``out`` may be ``None`` (allocate), a buffer, or ``x`` itself (in place)."""
     _check(x, bias, out)
-    inplace = out is not None and out.data_ptr() == x.data_ptr()
+    inplace = out is not None and out.data_ptr() == x.data_ptr()  # the same view: check_output made sure
     if out is None:
         out = torch.empty(x.shape, device=x.device, dtype=x.dtype)
     x2 = as_rows(x, "x", need_view=inplace)
@@ -160,6 +174,10 @@ def _forward(x: torch.Tensor, bias: torch.Tensor, out: torch.Tensor | None) -> t
     M, N = x2.shape
     if M == 0 or N == 0:
         return out
+    # Column offsets are int32 in the kernel: a copy of an input, an error for what is written in place.
+    check_int32_offsets("bias_relu", "x" if inplace else "out", o2)
+    x2 = o2 if inplace else int32_offsets(x2)
+    bias = int32_offsets(bias)
     # In place is safe with any tiling: each element is read, then written, by the same program.
     block_m, block_n = pointwise_tile(M, N, sm_count(x.device))
     args = (x2, bias, o2, M, N, x2.stride(0), x2.stride(1), bias.stride(0), o2.stride(0), o2.stride(1))
@@ -171,7 +189,7 @@ def _forward(x: torch.Tensor, bias: torch.Tensor, out: torch.Tensor | None) -> t
 def _backward(grad: torch.Tensor, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """grad_x = grad·[out > 0] (shape of out), grad_bias = Σ_rows grad_x."""
     grad = grad.to(out.dtype)
-    g2, o2 = as_rows(grad, "grad"), as_rows(out, "out")
+    g2, o2 = int32_offsets(as_rows(grad, "grad")), int32_offsets(as_rows(out, "out"))
     M, N = o2.shape
     grad_x = torch.empty(o2.shape, device=out.device, dtype=out.dtype)
     if M == 0 or N == 0:
@@ -210,6 +228,7 @@ def bias_relu(
     """
     if out is not None and inplace:
         raise ValueError("bias_relu: pass either out= or inplace=True, not both")
+    _check_tensors(x, bias, out)
     if torch.is_grad_enabled() and (x.requires_grad or bias.requires_grad):
         if out is not None:
             raise RuntimeError("bias_relu: out= does not support autograd (inputs require grad)")

@@ -74,8 +74,19 @@ import triton.language as tl
 
 from kernels.configs import MlpConfig
 from kernels.fast_launch import CachedLauncher
-from kernels.launch import cdiv, check_device, check_dtype, next_pow2, sm_count
-from kernels.runtime import dot_upcast, interpreting
+from kernels.launch import (
+    MAX_TILE_ELEMENTS,
+    as_rows,
+    cdiv,
+    check_device,
+    check_dtype,
+    check_tensor,
+    dot_block,
+    input_precision,
+    int32_offsets,
+    sm_count,
+)
+from kernels.runtime import dot_upcast
 
 MAX_HIDDEN = 256  # largest BLOCK_H: see the module docstring
 SMEM_BUDGET = 192 * 1024  # bytes for the K loop's pipelined tiles (227 KB per block; the rest: W2 tiles, h)
@@ -153,10 +164,6 @@ def _fused_mlp_fwd_kernel(
         )
 
 
-def _pow2_at_least_16(n: int) -> int:
-    return max(16, next_pow2(n))
-
-
 _launch_fwd = CachedLauncher(_fused_mlp_fwd_kernel)  # the launch cached per shape (kernels.fast_launch)
 
 
@@ -181,9 +188,9 @@ def launch_params(
       elements in shared memory; take the longest K step that fits :data:`SMEM_BUDGET`. FMA dots: 64 and 3.
     """
     s = 2 if dtype in (torch.float16, torch.bfloat16) else 4
-    block_h = _pow2_at_least_16(H)
-    block_n = min(64, _pow2_at_least_16(N))
-    block_m = min((32_768 if s == 2 else 16_384) // block_h, 128, _pow2_at_least_16(M))
+    block_h = dot_block(H)
+    block_n = min(64, dot_block(N))
+    block_m = min((32_768 if s == 2 else 16_384) // block_h, 128, dot_block(M))
     split = 1
     if tensor_cores:
         row_blocks = cdiv(M, block_m)
@@ -197,7 +204,7 @@ def launch_params(
             block_m //= 2
         num_warps = 8 if block_m * block_h > 64 * 128 else 4
         block_k, num_stages = 64, 3
-    block_k = min(block_k, _pow2_at_least_16(K))  # no K step longer than K itself
+    block_k = min(block_k, dot_block(K))  # no K step longer than K itself
     return MlpConfig(block_m, block_h, block_n, block_k, split, num_warps, num_stages)
 
 
@@ -206,6 +213,8 @@ def _check(x, w1, b1, w2, b2, final_activation: str) -> None:
         raise ValueError(
             f"fused_mlp: final_activation {final_activation!r} is not one of {FINAL_ACTIVATIONS}"
         )
+    for name, t in (("x", x), ("w1", w1), ("b1", b1), ("w2", w2), ("b2", b2)):
+        check_tensor("fused_mlp", name, t)
     for name, t in (("x", x), ("w1", w1), ("b1", b1), ("w2", w2), ("b2", b2)):
         check_dtype("fused_mlp", name, t, x)
         check_device("fused_mlp", name, t, x)
@@ -222,7 +231,7 @@ def _check(x, w1, b1, w2, b2, final_activation: str) -> None:
         raise ValueError(f"fused_mlp: w2 must be [N, H] with H = {H}, got {tuple(w2.shape)}")
     if b2.shape != (w2.shape[0],):
         raise ValueError(f"fused_mlp: b2 must have shape ({w2.shape[0]},) to match w2, got {tuple(b2.shape)}")
-    if H == 0 or _pow2_at_least_16(H) > MAX_HIDDEN:
+    if H == 0 or dot_block(H) > MAX_HIDDEN:
         raise ValueError(
             f"fused_mlp: hidden width H={H} is outside 1..{MAX_HIDDEN}: each program keeps a "
             "BLOCK_M x H fp32 accumulator on chip (BLOCK_M x H <= 16384 values for fp32, BLOCK_M >= 64), "
@@ -250,28 +259,36 @@ def fused_mlp(
     :class:`~kernels.configs.MlpConfig` whose set fields override the rule's (:func:`launch_params`).
     """
     _check(x, w1, b1, w2, b2, final_activation)
-    x2 = x.reshape(-1, x.shape[-1]) if x.dim() != 2 else x
+    if config is not None and not isinstance(config, MlpConfig):
+        raise TypeError(f"fused_mlp: config must be an MlpConfig (or None), got {type(config).__name__}")
+    x2 = as_rows(x, "x")
+    # The kernel indexes rows in int64, everything else in int32: an operand too large for that is copied.
+    x2, b1, b2 = int32_offsets(x2), int32_offsets(b1), int32_offsets(b2)
+    w1, w2 = int32_offsets(w1, (0, 1)), int32_offsets(w2, (0, 1))
     M, K = x2.shape
     H, N = w1.shape[0], w2.shape[0]
     out = torch.empty((M, N), device=x.device, dtype=x.dtype)
     if M == 0 or N == 0:
         return out.view(*x.shape[:-1], N)
 
-    # fp32 dots: TF32 only where torch's own matmuls would use it ("high"/"medium"; default "highest").
-    use_tf32 = (
-        x.dtype == torch.float32 and not interpreting() and torch.get_float32_matmul_precision() != "highest"
-    )
-    tensor_cores = x.dtype != torch.float32 or use_tf32
+    precision = input_precision(x.dtype)  # fp32: TF32 only where torch's own matmuls would use it
+    tensor_cores = x.dtype != torch.float32 or precision == "tf32"
     p = launch_params(M, K, H, N, x.dtype, tensor_cores, sm_count(x.device))
     if config is not None:
         p = config.filled(p)
         if p.block_h < H:
             raise ValueError(f"fused_mlp: config.block_h={p.block_h} does not cover the hidden width H={H}")
+        small = {f: getattr(p, f) for f in ("block_m", "block_h", "block_n", "block_k") if getattr(p, f) < 16}
+        if small:
+            raise ValueError(f"fused_mlp: config {small} below 16: every side of a tl.dot tile must be >= 16")
+        if p.block_m * p.block_h > MAX_TILE_ELEMENTS:
+            raise ValueError(f"fused_mlp: config block_m * block_h = {p.block_m * p.block_h} is above "
+                             f"Triton's {MAX_TILE_ELEMENTS} elements per block")  # fmt: skip
     args = (x2, w1, b1, w2, b2, out, M, K, H, N, p.split,
             x2.stride(0), x2.stride(1), w1.stride(0), w1.stride(1), b1.stride(0), w2.stride(0), w2.stride(1),
             b2.stride(0), out.stride(0), out.stride(1))  # fmt: skip
     constexprs = (("FINAL", final_activation), ("DOT_UPCAST", dot_upcast(x.dtype)),
-                  ("INPUT_PRECISION", "tf32" if use_tf32 else "ieee"), ("BLOCK_M", p.block_m),
+                  ("INPUT_PRECISION", precision), ("BLOCK_M", p.block_m),
                   ("BLOCK_H", p.block_h), ("BLOCK_N", p.block_n), ("BLOCK_K", p.block_k))  # fmt: skip
     _launch_fwd((p.split * cdiv(M, p.block_m),), args, constexprs, p.num_warps, p.num_stages)
     return out.view(*x.shape[:-1], N)

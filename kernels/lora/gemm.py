@@ -1,6 +1,7 @@
 """A Hopper-grade GEMM with a low-rank epilogue: ``out = P·Q + bias + Tₛ·E`` with ``Tₛ = s·(P·L)``.
 
-The one kernel behind the fused LoRA forward (v2, v3) and the LoRA backward's dX (see :mod:`kernels.lora`):
+The one kernel behind the fused LoRA forward (v2, v3) and the LoRA backward's dX (see
+:mod:`kernels.lora.linear`):
 
 ===========  ================  ====================  ===================
 operand      shape             forward               backward (dX)
@@ -25,8 +26,8 @@ base GEMM itself runs, hence the Hopper habits here (shared/PLATFORM.md: they re
 - **Tensor descriptors** (TMA): ``tl.make_tensor_descriptor`` for P, Q and out, so tiles arrive by the bulk
   copy engine and out-of-range rows and columns are zero-filled (loads) or dropped (stores) by the hardware.
   A descriptor needs 16-byte aligned base and row strides and a unit last stride: :func:`tma_compatible`
-  checks, and :mod:`kernels.lora` falls back to a general path otherwise. E and T are small and loaded with
-  masked pointer loads (any strides, any r); L by descriptor where its layout allows (:func:`_l_mode`).
+  checks, and :mod:`kernels.lora.linear` falls back to a general path otherwise. E and T are small and loaded
+  with masked pointer loads (any strides, any r); L by descriptor where its layout allows (:func:`_l_mode`).
 - **Persistent grid**: one program per SM loops over output tiles; no launch tail of partial waves.
 - **Tile order** (:class:`kernels.configs.GemmConfig` ``order``): ``"grouped"`` walks tiles ``pid, pid +
   programs, …`` in GROUP_M super-rows (neighbouring programs share W tiles in L2). ``"rows"`` hands each
@@ -67,7 +68,7 @@ So the shrink now runs *beside* the GEMM, on SMs of its own, in the same launch 
   before the tile program starts, and no wait ever spins.
 
 The producer that publishes Tₛ is the forward's saved s·T (for dB = dYᵀ(s·T)); in the backward, s·u gives dA =
-(s·u)ᵀ x (cuBLAS: the producers have no time left for a pass over x, measured in :mod:`kernels.lora`).
+(s·u)ᵀ x (cuBLAS: the producers have no time left for a pass over x, measured in :mod:`kernels.lora.linear`).
 Storing the *scaled* operand saves the backward two scaling passes.
 
 **Epilogue** (its small operands loaded before the K loop): ``acc += Tₛ · E_tile`` (one ``tl.dot`` of
@@ -88,14 +89,13 @@ import triton.language as tl
 
 from kernels.configs import GemmConfig
 from kernels.fast_launch import CachedLauncher, ensure_allocator
-from kernels.launch import cdiv, next_pow2, sm_count
+from kernels.launch import cdiv, dot_block, input_precision, sm_count
 from kernels.runtime import interpreting
 
 __all__ = [
     "MAX_RANK",
     "block_rank",
     "gemm_rule",
-    "input_precision",
     "lowrank_gemm",
     "producers_take_d",
     "tma_compatible",
@@ -397,7 +397,7 @@ def tma_compatible(*tensors: torch.Tensor) -> bool:
 
 def block_rank(r: int) -> int:
     """BLOCK_R: r padded to a power of two, at least 16 (``tl.dot``'s smallest tile)."""
-    return max(16, next_pow2(r))
+    return dot_block(r)
 
 
 def gemm_rule(M: int, NC: int, KR: int, r: int, dtype: torch.dtype, num_sms: int) -> GemmConfig:
@@ -416,9 +416,9 @@ def gemm_rule(M: int, NC: int, KR: int, r: int, dtype: torch.dtype, num_sms: int
     - interpreter: tiles no larger than the problem (programs run one after another on a CPU).
     """
     if _INTERPRET:
-        bm = min(64, max(16, next_pow2(M)))
-        bn = min(64, max(16, next_pow2(NC)))
-        bk = min(64, max(16, next_pow2(KR)))
+        bm = min(64, dot_block(M))
+        bn = min(64, dot_block(NC))
+        bk = min(64, dot_block(KR))
         return GemmConfig(bm, bn, bk, 8, 4, 1, "rows", False, 2)
     if dtype == torch.float32:
         return GemmConfig(128, 128, 32, 8, 8, 3, "grouped", False, 4)
@@ -433,13 +433,6 @@ def gemm_rule(M: int, NC: int, KR: int, r: int, dtype: torch.dtype, num_sms: int
     if bm == 128 and bn == 256 and cdiv(NC, bn) <= 16:
         return GemmConfig(bm, bn, 64, 8, 8, stages, "rows", False, 2)
     return GemmConfig(bm, bn, 64, 8, 8, stages, "grouped", False, 4)
-
-
-def input_precision(dtype: torch.dtype) -> str:
-    # fp32 dots: TF32 only where torch's own matmuls would use it (as the fused MLP does).
-    if dtype == torch.float32 and not _INTERPRET and torch.get_float32_matmul_precision() != "highest":
-        return "tf32"
-    return "ieee"
 
 
 def _l_mode(shrink: torch.Tensor) -> int:
@@ -534,6 +527,8 @@ def lowrank_gemm(
     NC = q.shape[0] if q_kmajor else q.shape[1]
     R = shrink.shape[1]
     device, dtype = p.device, p.dtype
+    if bias is not None and bias.stride(0) != 1:
+        bias = bias.contiguous()  # the epilogue reads bias[cols] with unit stride
     out = torch.empty((M, NC), device=device, dtype=dtype)
     fused = t is None
     if fused:

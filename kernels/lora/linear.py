@@ -22,7 +22,7 @@ v3 (``"fused"``): producer programs of the same launch, on SMs of their own, str
 s·u = s·dY B while the tiles run the GEMM, then (r ≤ 16) stream it once more, in column strips, for dB; their
 passes ride beside the GEMM (the launch: 375 µs against 371 without dB, cuBLAS's dY W 347, at the shape
 above). v2 (``"epilogue"``): s·u is its own pass, which for a large dY also computes dB
-(:mod:`kernels.lora_skinny`: one read of dY for both); else dB reads dY once more (cuBLAS). dA reads x once
+(:mod:`kernels.lora.skinny`: one read of dY for both); else dB reads dY once more (cuBLAS). dA reads x once
 (the base backward never reads x, so that pass is new work no fusion of the base GEMMs removes; cuBLAS,
 ≈ 38 µs at the shape above). The v3 producers have no time left for it, measured (H100, 2026-11-24): dA in
 column strips of x after their s·u pass took the launch from 366 to 433 µs, and dB summed during the s·u pass
@@ -37,9 +37,9 @@ has a fixed order (no atomics): the same bits every run.
 **The ladder** (``version=``, shared/STYLE.md point 7), each tested and timed side by side:
 
 - ``v0`` torch: ``F.linear`` + ``x @ Aᵀ`` + ``@ Bᵀ`` + scale + add; torch backward.
-- ``v1`` cuBLAS's base output, then one Triton kernel for the branch (:mod:`kernels.lora_branch`: t on chip,
+- ``v1`` cuBLAS's base output, then one Triton kernel for the branch (:mod:`kernels.lora.branch`: t on chip,
   ``y += s·t Bᵀ`` read-modify-write): floor ≈ +17% (y read and written again). Torch backward.
-- ``v2`` the expand ``s·t Bᵀ`` in the epilogue of a Hopper-grade base GEMM (:mod:`kernels.lora_gemm`), s·t
+- ``v2`` the expand ``s·t Bᵀ`` in the epilogue of a Hopper-grade base GEMM (:mod:`kernels.lora.gemm`), s·t
   from a cuBLAS pass over x. Backward: s·u = s·dY B by cuBLAS, the dX GEMM adds s·u A in its epilogue
   (``"epilogue"`` mode), dA and dB by cuBLAS.
 - ``v3`` the shrink fused too: producer programs of the same launch compute s·t on SMs of their own (one
@@ -55,7 +55,7 @@ since reverted for no measurable gain, flags kept in a buffer instead of zeroed 
 time, H100, 2026-11-23 and -24):
 
 - the base GEMM with the expand in its epilogue, s·t given: 363 µs (runs of 2 N-tiles, see
-  :func:`kernels.lora_gemm.gemm_rule`) against cuBLAS's 347 (+5%); grouped order 367, warp-specialized 367,
+  :func:`kernels.lora.gemm.gemm_rule`) against cuBLAS's 347 (+5%); grouped order 367, warp-specialized 367,
   the loop nest flattened 440. Of that gap the expand's rank-16 dot is ≈ 4 µs (357 without it, 361 with,
   2026-11-24; before the K loop instead of after, 363): the rest is the GEMM itself. Also swept that day,
   none faster than the rule: GROUP_M 4 (365) and 16 (368), BLOCK_K 32 with 4 or 6 stages (417–419),
@@ -63,13 +63,13 @@ time, H100, 2026-11-23 and -24):
   BLOCK_K 128 at 2 stages needs 236 KB of shared memory. The dX GEMM likewise 361 against 345; at
   16384×4096×14336 the forward GEMM is +4–5%, the dX GEMM −1.6 to +0.6%.
 - the shrink: 368–372 µs for the whole fused forward GEMM, its producers on 4 SMs of their own (see
-  :mod:`kernels.lora_gemm`); before, in the tiles' main loop, 386. v2's separate shrink pass is 30–40 µs.
+  :mod:`kernels.lora.gemm`); before, in the tiles' main loop, 386. v2's separate shrink pass is 30–40 µs.
 - the backward (v3, r16): the dX launch makes s·u and dB in its producers (375 µs; 371 without dB, whose
   cuBLAS pass costs 38); dA = (s·u)ᵀ x by cuBLAS, 38 µs. What is left at 8192×4096×4096 r16: the two
   launches' excess over cuBLAS's GEMMs (≈ 20 and 28 µs) and dA. A column-strip Triton pass for dA (TMA loads,
   32–128 programs, several tile shapes) ran at 36–40 µs, the same ≈ 1.8 TB/s as cuBLAS, so dA stays cuBLAS.
-  At r = 64 the producers' dots weigh more and dB stays a cuBLAS pass (see :mod:`kernels.lora_gemm`). v2: s·u
-  and dB from one pass over dY (:mod:`kernels.lora_skinny`) where dY is large (16384×14336: 230 µs against
+  At r = 64 the producers' dots weigh more and dB stays a cuBLAS pass (see :mod:`kernels.lora.gemm`). v2: s·u
+  and dB from one pass over dY (:mod:`kernels.lora.skinny`) where dY is large (16384×14336: 230 µs against
   cuBLAS's two passes, 340).
 - host time: ``kernel[grid](...)`` costs ≈ 45–65 µs of Python per launch of the persistent GEMM (Triton 3.6's
   binder and cache key) against F.linear's ≈ 15–20, so every Triton kernel here launches through
@@ -85,7 +85,7 @@ time, H100, 2026-11-23 and -24):
 Anything else (odd K or N, transposed or sliced x, r up to 128) runs v1, which takes any strides; r > 128
 runs v0. ``version=None`` chooses, and warns once per reason when it falls back; an explicit version that
 cannot run raises. fp32 on a GPU at torch's default ``"highest"`` matmul precision runs v0 (cuBLAS SGEMM
-beats a Triton FMA GEMM: see :mod:`kernels.fused_mlp`); allow TF32 to use v3.
+beats a Triton FMA GEMM: see :mod:`kernels.mlp.fused_mlp`); allow TF32 to use v3.
 
 **Frozen base**: if ``weight`` or ``bias`` requires grad (with grad mode on), :func:`lora_linear` raises:
 their gradients are not computed here (dW would be a second full GEMM, a different kernel).
@@ -100,10 +100,10 @@ import torch
 import torch.nn.functional as F
 
 from kernels.configs import BranchConfig, GemmConfig, resolve, tuning_key
-from kernels.launch import as_rows, cdiv, check_device, check_dtype, sm_count
-from kernels.lora_branch import branch_rule, lora_branch_
-from kernels.lora_gemm import MAX_RANK, gemm_rule, lowrank_gemm, producers_take_d, tma_compatible
-from kernels.lora_skinny import skinny_pays, skinny_products
+from kernels.launch import as_rows, cdiv, check_device, check_dtype, int32_offsets, sm_count
+from kernels.lora.branch import branch_rule, lora_branch_
+from kernels.lora.gemm import MAX_RANK, gemm_rule, lowrank_gemm, producers_take_d, tma_compatible
+from kernels.lora.skinny import skinny_pays, skinny_products
 
 __all__ = ["VERSIONS", "choose_version", "lora_linear"]
 
@@ -184,7 +184,7 @@ def _backward(mode, dy2, x2, weight, lora_a, lora_b, ts, scale, need_dx, config_
         elif mode == "fused":
             dx, us = lowrank_gemm(dy2, weight, False, lora_b, lora_a, scale, config)
             db = dy2.t() @ ts
-        elif skinny_pays(*dy2.shape):  # s·u and dB from one pass over dY (kernels.lora_skinny)
+        elif skinny_pays(*dy2.shape):  # s·u and dB from one pass over dY (kernels.lora.skinny)
             us, db = skinny_products(dy2, lora_b, ts, scale)
             dx, _ = lowrank_gemm(dy2, weight, False, lora_b, lora_a, scale, config, t=us)
         else:
@@ -337,7 +337,16 @@ def lora_linear(
     override the tuned or rule config (``None`` fields are filled automatically).
     """
     _check(x, weight, lora_a, lora_b, scale, bias)
-    x2 = as_rows(x, "x")
+    for name, config, types in (("fwd_config", fwd_config, (GemmConfig, BranchConfig)),
+                                ("bwd_config", bwd_config, (GemmConfig,))):  # fmt: skip
+        if config is not None and not isinstance(config, types):
+            expected = " or ".join(t.__name__ for t in types)
+            raise TypeError(
+                f"lora_linear: {name} must be a {expected} (or None), got {type(config).__name__}"
+            )
+    # v1's kernel indexes columns, r and K in int32 (rows in int64): an operand too large for that is copied.
+    x2 = int32_offsets(as_rows(x, "x"))
+    lora_a, lora_b = int32_offsets(lora_a, (0, 1)), int32_offsets(lora_b, (0, 1))
     chosen, why = choose_version(x2, weight, lora_b, version)
     if why is not None and why not in _warned:
         _warned.add(why)

@@ -88,27 +88,49 @@ lives in a 1-element device tensor (``lr_tensor``) that a schedule, or a CUDA-gr
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 
 import torch
 import triton
 import triton.language as tl
 
+from kernels import launch
 from kernels.fast_launch import CachedLauncher
-from kernels.launch import cdiv, check_device, next_pow2
+from kernels.launch import (
+    MAX_TILE_ELEMENTS,
+    SUPPORTED_DTYPES,
+    cdiv,
+    check_device,
+    check_dtype,
+    check_output,
+    check_tensor,
+    debug_checks,
+    dot_block,
+    next_pow2,
+)
 
-__all__ = ["OPTIMIZERS", "POOLINGS", "TableBatchedEmbedding", "embedding_tbe", "table_offsets_for"]
+__all__ = [
+    "MAX_DIM",
+    "OPTIMIZERS",
+    "POOLINGS",
+    "TableBatchedEmbedding",
+    "embedding_tbe",
+    "table_offsets_for",
+]
 
+FN = "embedding_tbe"
 OPTIMIZERS = ("sgd", "rowwise_adagrad")
 POOLINGS = ("sum", "mean")
 BLOCK_BAGS = 16  # bags per forward program: a [16, D] tile per gather step
 CROSS_HEADS = 32  # blocks per program of the cross-block update
+MAX_DIM = MAX_TILE_ELEMENTS // CROSS_HEADS  # D: the cross-block update's [32, D] tile, Triton's largest block
 
 
 @triton.jit
 def _tbe_fwd_kernel(
     weight_ptr, table_offsets_ptr, indices_ptr, offsets_ptr, out_ptr,
-    num_bags, F, D, bag_size, stride_w, stride_o,
+    num_bags, nnz, num_rows, F, D, bag_size, stride_w, stride_o,
     FIXED_BAG: tl.constexpr, MEAN: tl.constexpr, BLOCK_BAGS: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0)
@@ -122,16 +144,20 @@ def _tbe_fwd_kernel(
         start = bags64 * bag_size
         length = tl.where(bag_mask, bag_size, 0)
     else:
-        start = tl.load(offsets_ptr + bags64, mask=bag_mask, other=0)
-        length = tl.load(offsets_ptr + bags64 + 1, mask=bag_mask, other=0) - start
+        # Clamped to the ids buffer [0, nnz): offsets the host did not check (inside a CUDA graph) still
+        # never make a bag read outside it.
+        start = tl.minimum(tl.maximum(tl.load(offsets_ptr + bags64, mask=bag_mask, other=0), 0), nnz)
+        end = tl.load(offsets_ptr + bags64 + 1, mask=bag_mask, other=0)
+        length = tl.minimum(tl.maximum(end, start), nnz) - start
     cols = tl.arange(0, BLOCK_D)
     col_mask = cols < D
     acc = tl.zeros([BLOCK_BAGS, BLOCK_D], dtype=tl.float32)
     for j in range(0, tl.max(length, axis=0)):  # the longest bag of this block; shorter ones are masked
         live = j < length
         ids = tl.load(indices_ptr + start + j, mask=live, other=0)
-        ok = live & (ids >= 0) & (ids < table_rows)  # out-of-range ids pool as zeros, never read outside
         rows = row_base + ids
+        # out-of-range ids pool as zeros, never read outside (rows: also if table_offsets were wrong)
+        ok = live & (ids >= 0) & (ids < table_rows) & (rows >= 0) & (rows < num_rows)
         mask = ok[:, None] & col_mask[None, :]
         w = tl.load(weight_ptr + rows[:, None] * stride_w + cols[None, :], mask=mask, other=0.0)
         acc += w.to(tl.float32)
@@ -146,10 +172,10 @@ def _tbe_fwd_kernel(
 
 @triton.jit
 def _entry_row(
-    flat_ptr, table_offsets_ptr, bag_of_entry_ptr, e, live, F, bag_size, FIXED_BAG: tl.constexpr
+    flat_ptr, table_offsets_ptr, bag_of_entry_ptr, e, live, F, bag_size, num_rows, FIXED_BAG: tl.constexpr
 ):  # fmt: skip
     # Entries e (where `live`): their bag, their global row in the packed weight, and whether the id lies
-    # inside its table (bag b belongs to table b % F).
+    # inside its table (bag b belongs to table b % F) and the row inside the weight.
     ids = tl.load(flat_ptr + e, mask=live, other=0)
     if FIXED_BAG:
         bag = e // bag_size
@@ -158,7 +184,8 @@ def _entry_row(
     f = bag % F
     base = tl.load(table_offsets_ptr + f, mask=live, other=0)
     size = tl.load(table_offsets_ptr + f + 1, mask=live, other=0) - base
-    return bag, base + ids, live & (ids >= 0) & (ids < size)
+    row = base + ids
+    return bag, row, live & (ids >= 0) & (ids < size) & (row >= 0) & (row < num_rows)
 
 
 @triton.jit
@@ -170,7 +197,7 @@ def _tbe_rows_kernel(
     e = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = e < nnz
     _, row, inside = _entry_row(
-        flat_ptr, table_offsets_ptr, bag_of_entry_ptr, e, mask, F, bag_size, FIXED_BAG
+        flat_ptr, table_offsets_ptr, bag_of_entry_ptr, e, mask, F, bag_size, num_rows, FIXED_BAG
     )
     row = tl.where(inside, row, num_rows)
     tl.store(rows_ptr + e, row.to(rows_ptr.dtype.element_ty), mask=mask)
@@ -195,14 +222,14 @@ def _entry_gradient(
 @triton.jit
 def _tbe_atomic_sgd_kernel(
     weight_ptr, table_offsets_ptr, flat_ptr, bag_of_entry_ptr, offsets_ptr, grad_ptr, lr_ptr,
-    nnz, F, D, bag_size, stride_w, stride_g,
+    nnz, num_rows, F, D, bag_size, stride_w, stride_g,
     FIXED_BAG: tl.constexpr, MEAN: tl.constexpr, BLOCK: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
     # SGD without the sort: every entry adds -lr·c_e·dout[bag] to its row, atomically (arrival order).
     e = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     # ok false: an id outside its table, which updates nothing
     bag, row, ok = _entry_row(
-        flat_ptr, table_offsets_ptr, bag_of_entry_ptr, e, e < nnz, F, bag_size, FIXED_BAG
+        flat_ptr, table_offsets_ptr, bag_of_entry_ptr, e, e < nnz, F, bag_size, num_rows, FIXED_BAG
     )
     cols = tl.arange(0, BLOCK_D)
     tile_mask = ok[:, None] & (cols < D)[None, :]
@@ -332,17 +359,49 @@ def table_offsets_for(table_sizes: Sequence[int], device=None) -> torch.Tensor:
 def _bag_layout(ids: torch.Tensor, offsets: torch.Tensor | None, F: int):
     """(flat local ids [nnz], offsets or None, B, bag_size) from either input form (see the docstring)."""
     if ids.dtype != torch.int64:
-        raise TypeError(f"embedding_tbe: ids must be int64, got {ids.dtype}")
+        raise TypeError(f"{FN}: ids must be int64, got {ids.dtype}")
     if offsets is None:
         if ids.dim() not in (2, 3) or ids.shape[1] != F:
-            raise ValueError(f"embedding_tbe: ids must be [B, {F}] or [B, {F}, L], got {tuple(ids.shape)}")
+            raise ValueError(f"{FN}: ids must be [B, {F}] or [B, {F}, L], got {tuple(ids.shape)}")
         bag_size = 1 if ids.dim() == 2 else ids.shape[2]
         return ids.reshape(-1).contiguous(), None, ids.shape[0], bag_size
-    if offsets.dtype != torch.int64 or offsets.dim() != 1 or ids.dim() != 1:
-        raise ValueError("embedding_tbe: with offsets, ids must be 1-D and offsets 1-D int64 [B*F + 1]")
-    if (offsets.numel() - 1) % F != 0 or offsets.numel() < 1:
-        raise ValueError(f"embedding_tbe: offsets has {offsets.numel()} entries, expected B*{F} + 1")
+    check_tensor(FN, "offsets", offsets)
+    if offsets.dtype != torch.int64:
+        raise TypeError(f"{FN}: offsets must be int64, got {offsets.dtype}")
+    if ids.dim() != 1:
+        raise ValueError(f"{FN}: with offsets, ids must be 1-D [nnz] (the bags' ids one after another), got "
+                         f"{tuple(ids.shape)}")  # fmt: skip
+    if offsets.dim() != 1 or offsets.numel() < 1 or (offsets.numel() - 1) % F != 0:
+        raise ValueError(f"{FN}: offsets must be 1-D [B*F + 1] = [B*{F} + 1], got shape "
+                         f"{tuple(offsets.shape)}")  # fmt: skip
     return ids.contiguous(), offsets.contiguous(), (offsets.numel() - 1) // F, 0
+
+
+def _capturing(t: torch.Tensor) -> bool:
+    """A CUDA graph is being captured on the current stream (no host sync allowed)."""
+    return t.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
+def _check_offsets(offsets: torch.Tensor, nnz: int) -> None:
+    """Bag k is ids[offsets[k] : offsets[k+1]]: offsets must start at 0, never decrease and end at nnz.
+
+    Cost: on a GPU one small reduction and one copy of three numbers to the host (a sync, ≈ 10–20 µs), on
+    every call with ragged bags whatever ``check_ids`` is: a bad offset would make the backward's
+    ``repeat_interleave`` fail on the device. Skipped while a CUDA graph is captured (no sync allowed; a
+    replay's offsets are never seen by the host anyway): the forward kernel clamps every bag to the ids
+    buffer, so unchecked offsets give wrong bags, never a read outside it.
+    """
+    down = offsets[1:] < offsets[:-1]
+    first, last, decreasing = torch.stack((offsets[0], offsets[-1], down.any().long())).tolist()  # the sync
+    if first != 0:
+        raise ValueError(f"{FN}: offsets must start at 0 (bag k is ids[offsets[k]:offsets[k+1]]), got "
+                         f"offsets[0] = {first}")  # fmt: skip
+    if decreasing:
+        k = int(down.nonzero()[0, 0])
+        raise ValueError(f"{FN}: offsets must not decrease, got offsets[{k + 1}] = {int(offsets[k + 1])} < "
+                         f"offsets[{k}] = {int(offsets[k])}")  # fmt: skip
+    if last != nnz:
+        raise ValueError(f"{FN}: offsets must end at ids.numel() = {nnz}, got offsets[-1] = {last}")
 
 
 def _feature_of_entry(flat: torch.Tensor, offsets, F: int, bag_size: int):
@@ -356,20 +415,115 @@ def _feature_of_entry(flat: torch.Tensor, offsets, F: int, bag_size: int):
     return bags % F, bags
 
 
-def _check_ids(flat, offsets, table_offsets, F: int, bag_size: int) -> None:
-    """One reduction + one host sync: raise IndexError on the first id outside its table."""
-    if flat.numel() == 0:
-        return
-    feature, _ = _feature_of_entry(flat, offsets, F, bag_size)
-    sizes = table_offsets[1:] - table_offsets[:-1]
-    bad = (flat < 0) | (flat >= sizes[feature])
-    if bool(bad.any()):  # the one sync
+def _preview(t: torch.Tensor, n: int = 8) -> str:
+    values = t[:n].tolist()
+    return str(values)[:-1] + (", …]" if t.numel() > n else "]")
+
+
+def _check_values(flat, offsets, table_offsets, F: int, bag_size: int, R: int, ids: bool) -> None:
+    """table_offsets non-negative, non-decreasing and ≤ R; with ``ids``, every id inside its table. One
+    reduction per check and ONE device→host sync for all of them; raise on the first that fails."""
+    t = table_offsets
+    flags = [(t[0] < 0) | (t[1:] < t[:-1]).any() | (t[-1] > R)]
+    if ids and flat.numel():
+        feature, _ = _feature_of_entry(flat, offsets, F, bag_size)
+        sizes = t[1:] - t[:-1]
+        bad = (flat < 0) | (flat >= sizes[feature])
+        flags.append(bad.any())
+    bad_tables, *bad_ids = torch.stack(flags).tolist()  # the one sync
+    if bad_tables:
+        raise ValueError(
+            f"{FN}: table_offsets must be non-decreasing, from >= 0 to <= weight.shape[0] = {R} (table f "
+            f"owns weight rows table_offsets[f]:table_offsets[f+1]), got {_preview(t)}"
+        )
+    if bad_ids and bad_ids[0]:
         e = int(bad.nonzero()[0, 0])
         f = int(feature[e])
         raise IndexError(
-            f"embedding_tbe: id {int(flat[e])} of feature {f} is out of range for its table of "
+            f"{FN}: id {int(flat[e])} of feature {f} is out of range for its table of "
             f"{int(sizes[f])} rows (entry {e} of the flat ids)"
         )
+
+
+def _check_weight(weight, D_max: int) -> None:
+    check_tensor(FN, "weight", weight)
+    if weight.dim() != 2:
+        raise ValueError(f"{FN}: weight must be [R, D] (the packed tables), got shape {tuple(weight.shape)}")
+    check_dtype(FN, "weight", weight, weight, like="weight")
+    check_device(FN, "weight", weight, weight, like="weight")
+    if weight.shape[1] > 1 and weight.stride(1) != 1:
+        raise ValueError(
+            f"{FN}: weight must have contiguous rows (stride 1 along D), got strides {weight.stride()} for "
+            f"shape {tuple(weight.shape)}; pass weight.contiguous() (a transposed view would give wrong rows)"
+        )
+    if weight.shape[1] > D_max:
+        raise ValueError(
+            f"{FN}: D = {weight.shape[1]} is above MAX_DIM = {D_max} (a row is one Triton block; the "
+            f"cross-block update holds {CROSS_HEADS} rows at once, and Triton allows {MAX_TILE_ELEMENTS} "
+            "elements per block)"
+        )
+
+
+def _check_table_offsets(table_offsets, weight) -> int:
+    """Shape, dtype, layout and device of table_offsets; returns F."""
+    check_tensor(FN, "table_offsets", table_offsets)
+    if table_offsets.dtype != torch.int64:
+        raise TypeError(f"{FN}: table_offsets must be int64, got {table_offsets.dtype}")
+    if table_offsets.dim() != 1 or table_offsets.numel() < 2:
+        raise ValueError(
+            f"{FN}: table_offsets must be 1-D [F+1] with F >= 1 tables (table_offsets_for(sizes)), got shape "
+            f"{tuple(table_offsets.shape)}"
+        )
+    if table_offsets.stride(0) != 1:
+        raise ValueError(
+            f"{FN}: table_offsets must be contiguous, got stride {table_offsets.stride(0)}; pass "
+            "table_offsets.contiguous()"
+        )
+    check_device(FN, "table_offsets", table_offsets, weight, like="weight")
+    return table_offsets.numel() - 1
+
+
+def _check_optimizer_args(weight, optimizer: str, lr, state, eps, deterministic: bool) -> torch.Tensor:
+    """The optimizer's arguments; returns lr as a 1-element fp32 tensor on the weight's device."""
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"{FN}: optimizer {optimizer!r} is not one of {OPTIMIZERS} (or None)")
+    adagrad = optimizer == "rowwise_adagrad"
+    if not deterministic and (adagrad or weight.dtype != torch.float32):
+        raise ValueError(
+            f"{FN}: deterministic=False (atomic adds) is for SGD on an fp32 weight, got optimizer "
+            f"{optimizer!r} and weight {weight.dtype}: row-wise Adagrad needs each row's summed gradient "
+            f"before its update, and 16-bit atomic adds would round at every add"
+        )
+    R = weight.shape[0]
+    if adagrad:
+        if state is None:
+            raise ValueError(f"{FN}: rowwise_adagrad needs state, an fp32 [{R}] tensor (one value per row)")
+        check_tensor(FN, "state", state)
+        if state.dtype != torch.float32:
+            raise TypeError(f"{FN}: state must be float32, got {state.dtype}")
+        if state.shape != (R,):
+            raise ValueError(f"{FN}: state must have shape ({R},) (one value per weight row), got "
+                             f"{tuple(state.shape)}")  # fmt: skip
+        if R > 1 and state.stride(0) != 1:
+            raise ValueError(f"{FN}: state must be contiguous, got stride {state.stride(0)}")
+        check_device(FN, "state", state, weight, like="weight")
+    if lr is None:
+        raise ValueError(f"{FN}: an optimizer needs lr (a float, or a 1-element float32 tensor)")
+    if isinstance(lr, torch.Tensor):
+        check_device(FN, "lr", lr, weight, like="weight")
+        if lr.dtype != torch.float32:
+            raise TypeError(f"{FN}: an lr tensor must be float32, got {lr.dtype}")
+        if lr.numel() != 1:
+            raise ValueError(f"{FN}: an lr tensor must have 1 element, got shape {tuple(lr.shape)}")
+    elif isinstance(lr, numbers.Real):
+        lr = torch.full((1,), float(lr), device=weight.device, dtype=torch.float32)
+    else:
+        raise TypeError(f"{FN}: lr must be a float or a 1-element float32 tensor, got {type(lr).__name__}")
+    if not isinstance(eps, numbers.Real) or not eps >= 0:
+        raise ValueError(f"{FN}: eps must be a number >= 0, got {eps!r}")
+    # Written in place by the backward: no row may share memory with another, nor with what it reads.
+    check_output(FN, "weight", weight, {"state": state if adagrad else None, "lr": lr})
+    return lr
 
 
 def _forward(weight, table_offsets, flat, offsets, B: int, bag_size: int, mean: bool) -> torch.Tensor:
@@ -381,7 +535,7 @@ def _forward(weight, table_offsets, flat, offsets, B: int, bag_size: int, mean: 
         return out
     fixed = offsets is None
     args = (weight, table_offsets, flat, flat if fixed else offsets, out,
-            num_bags, F, D, bag_size, weight.stride(0), D)  # fmt: skip
+            num_bags, flat.numel(), weight.shape[0], F, D, bag_size, weight.stride(0), D)  # fmt: skip
     constexprs = (("FIXED_BAG", fixed), ("MEAN", mean), ("BLOCK_BAGS", BLOCK_BAGS), ("BLOCK_D", next_pow2(D)))
     _launch_fwd((cdiv(num_bags, BLOCK_BAGS),), args, constexprs, 1 if D <= 32 else 4, 3)
     return out
@@ -400,6 +554,9 @@ def _backward_update(ctx, grad: torch.Tensor) -> None:
     if nnz == 0 or D == 0:
         return
     grad = grad.reshape(-1, D).contiguous()  # [B·F, D]: row k is bag k's upstream gradient
+    if ctx.exchange is not None:  # e.g. every data-parallel rank's entries, in rank order (fixed bags)
+        flat, grad = ctx.exchange(flat, grad)
+        nnz = flat.numel()
     bags = None if ctx.fixed else _feature_of_entry(flat, offsets, F, ctx.bag_size)[1]
     bag_size = max(ctx.bag_size, 1)
     bag_of_entry = flat if bags is None else bags
@@ -407,7 +564,7 @@ def _backward_update(ctx, grad: torch.Tensor) -> None:
     modes = (("FIXED_BAG", ctx.fixed), ("MEAN", ctx.mean))
     if not ctx.deterministic:  # SGD by atomic adds: one launch (the module docstring)
         args = (weight, table_offsets, flat, bag_of_entry, bag_ends, grad, lr,
-                nnz, F, D, bag_size, weight.stride(0), grad.stride(0))  # fmt: skip
+                nnz, R, F, D, bag_size, weight.stride(0), grad.stride(0))  # fmt: skip
         block = max(16, 2048 // next_pow2(D))
         constexprs = (*modes, ("BLOCK", block), ("BLOCK_D", next_pow2(D)))
         _launch_atomic((cdiv(nnz, block),), args, constexprs, 4, 1)
@@ -417,7 +574,7 @@ def _backward_update(ctx, grad: torch.Tensor) -> None:
     rows_args = (flat, table_offsets, bag_of_entry, rows, nnz, F, bag_size, R)
     _launch_rows((cdiv(nnz, 1024),), rows_args, (("FIXED_BAG", ctx.fixed), ("BLOCK", 1024)), 4, 3)
     sorted_rows, order = torch.sort(rows, stable=True)
-    block_p, block_d = _segment_block(D), max(16, next_pow2(D))  # tl.dot: every tile dimension >= 16
+    block_p, block_d = _segment_block(D), dot_block(D)  # tl.dot: every tile dimension >= 16
     blocks = cdiv(nnz, block_p)
     partials = torch.empty((blocks, 2, D), dtype=torch.float32, device=flat.device)
     flags = torch.empty(blocks, dtype=torch.int32, device=flat.device)
@@ -446,10 +603,10 @@ class _TBEFunction(torch.autograd.Function):
     @staticmethod
     def forward(
         ctx, trigger, weight, table_offsets, flat, offsets, state, lr, B, bag_size, mean, adagrad, eps,
-        deterministic,
+        deterministic, exchange,
     ):  # fmt: skip
         ctx.fixed, ctx.bag_size, ctx.mean = offsets is None, bag_size, mean
-        ctx.adagrad, ctx.eps, ctx.deterministic = adagrad, eps, deterministic
+        ctx.adagrad, ctx.eps, ctx.deterministic, ctx.exchange = adagrad, eps, deterministic, exchange
         ctx.save_for_backward(weight, table_offsets, flat, offsets, state, lr)
         return _forward(weight, table_offsets, flat, offsets, B, bag_size, mean)
 
@@ -457,7 +614,7 @@ class _TBEFunction(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
         _backward_update(ctx, grad)
-        return (None,) * 13  # the weight got its update, not a gradient
+        return (None,) * 14  # the weight got its update, not a gradient
 
 
 def embedding_tbe(
@@ -473,6 +630,7 @@ def embedding_tbe(
     eps: float = 1e-8,
     check_ids: bool = True,
     deterministic: bool = True,
+    exchange=None,
 ) -> torch.Tensor:
     """Pooled lookups of all ``F`` tables in one launch → ``[B, F, D]`` (functional form).
 
@@ -482,44 +640,47 @@ def embedding_tbe(
     grad, and its backward updates ``weight`` (and ``state``, fp32 ``[R]``, for Adagrad) in place with
     learning rate ``lr`` (a float, or a 1-element fp32 tensor on the weight's device, read at backward time).
     ``deterministic=False`` (SGD, fp32 weight): the update by atomic adds, no sort (the module docstring).
+    ``exchange(ids, grad) -> (ids, grad)``: called in backward before the update, with this call's flat local
+    ids and its upstream gradient rows ``[B·F, D]``; it may return more samples' worth of both (fixed bags
+    only), e.g. every data-parallel rank's (:class:`lecture_code.training.data_parallel.RowExchange`).
     """
-    F = table_offsets.numel() - 1
-    if weight.dim() != 2:
-        raise ValueError(f"embedding_tbe: weight must be [R, D], got {tuple(weight.shape)}")
+    if exchange is not None and offsets is not None:
+        raise ValueError(f"{FN}: exchange needs fixed-size bags (ids [B, F] or [B, F, L]), got offsets")
+    _check_weight(weight, MAX_DIM)
+    F = _check_table_offsets(table_offsets, weight)
     if pooling not in POOLINGS:
-        raise ValueError(f"embedding_tbe: pooling {pooling!r} is not one of {POOLINGS}")
-    if table_offsets.dtype != torch.int64 or F < 1:
-        raise ValueError("embedding_tbe: table_offsets must be int64 [F+1] with F >= 1")
-    for name, t in (("table_offsets", table_offsets), ("ids", ids), ("offsets", offsets), ("state", state)):
-        if t is not None:
-            check_device("embedding_tbe", name, t, weight)
+        raise ValueError(f"{FN}: pooling {pooling!r} is not one of {POOLINGS}")
+    if optimizer is not None:
+        lr = _check_optimizer_args(weight, optimizer, lr, state, eps, deterministic)
+    check_tensor(FN, "ids", ids)
+    check_device(FN, "ids", ids, weight, like="weight")
+    if offsets is not None:
+        check_tensor(FN, "offsets", offsets)
+        check_device(FN, "offsets", offsets, weight, like="weight")
     flat, offsets, B, bag_size = _bag_layout(ids, offsets, F)
-    if check_ids:
-        _check_ids(flat, offsets, table_offsets, F, bag_size)
+    if B * F > launch.INT32_LIMIT - BLOCK_BAGS:  # the forward numbers bags in int32
+        raise ValueError(f"{FN}: B*F = {B}*{F} bags is above the kernel's int32 bag numbers (< 2**31); "
+                         "split the batch")  # fmt: skip
+    R, sync_ok = weight.shape[0], not _capturing(weight)
+    if check_ids and not sync_ok:
+        raise RuntimeError(
+            f"{FN}: check_ids=True needs a host sync, which CUDA graph capture forbids: pass check_ids=False "
+            "(out-of-range ids then pool as zeros and update nothing; see the module docstring)"
+        )
+    if offsets is not None and sync_ok:
+        _check_offsets(offsets, flat.numel())
+    if sync_ok and (check_ids or weight.device.type == "cpu" or debug_checks()):
+        _check_values(flat, offsets, table_offsets, F, bag_size, R, ids=check_ids)
     mean = pooling == "mean"
     if optimizer is None:
         return _forward(weight, table_offsets, flat, offsets, B, bag_size, mean)
-    if optimizer not in OPTIMIZERS:
-        raise ValueError(f"embedding_tbe: optimizer {optimizer!r} is not one of {OPTIMIZERS} (or None)")
     adagrad = optimizer == "rowwise_adagrad"
-    if not deterministic and (adagrad or weight.dtype != torch.float32):
-        raise ValueError(
-            f"embedding_tbe: deterministic=False (atomic adds) is for SGD on an fp32 weight, got optimizer "
-            f"{optimizer!r} and weight {weight.dtype}: row-wise Adagrad needs each row's summed gradient "
-            f"before its update, and 16-bit atomic adds would round at every add"
-        )
-    if adagrad and (state is None or state.shape != (weight.shape[0],) or state.dtype != torch.float32):
-        raise ValueError(f"embedding_tbe: rowwise_adagrad needs state, fp32 [{weight.shape[0]}]")
-    if lr is None:
-        raise ValueError("embedding_tbe: an optimizer needs lr")
-    if not isinstance(lr, torch.Tensor):
-        lr = torch.full((1,), float(lr), device=weight.device, dtype=torch.float32)
     # A 0-element leaf that requires grad: it makes the output require grad, so autograd calls our backward,
     # while the weight itself stays out of autograd (it receives an update, not a .grad).
     trigger = torch.zeros(0, requires_grad=True)
     return _TBEFunction.apply(
         trigger, weight, table_offsets, flat, offsets, state, lr, B, bag_size, mean, adagrad, float(eps),
-        deterministic,
+        deterministic, exchange,
     )  # fmt: skip
 
 
@@ -552,15 +713,25 @@ class TableBatchedEmbedding(torch.nn.Module):
         deterministic: bool = True,
     ):
         super().__init__()
+        name = "TableBatchedEmbedding"
         self.table_sizes = tuple(int(n) for n in table_sizes)
         if not self.table_sizes or min(self.table_sizes) < 1:
-            raise ValueError(f"TableBatchedEmbedding: need >= 1 table of >= 1 row, got {self.table_sizes}")
+            raise ValueError(f"{name}: need >= 1 table of >= 1 row, got {self.table_sizes}")
+        if not isinstance(dim, int) or not 1 <= dim <= MAX_DIM:
+            raise ValueError(f"{name}: dim must be an int in 1..{MAX_DIM} (MAX_DIM), got {dim!r}")
+        if dtype not in SUPPORTED_DTYPES:
+            raise TypeError(f"{name}: dtype {dtype} is not supported (use float32, float16 or bfloat16)")
+        if not isinstance(lr, numbers.Real):
+            raise TypeError(f"{name}: lr must be a number, got {type(lr).__name__}")
+        if not isinstance(eps, numbers.Real) or not eps >= 0:
+            raise ValueError(f"{name}: eps must be a number >= 0, got {eps!r}")
         if optimizer not in OPTIMIZERS:
-            raise ValueError(f"TableBatchedEmbedding: optimizer {optimizer!r} is not one of {OPTIMIZERS}")
+            raise ValueError(f"{name}: optimizer {optimizer!r} is not one of {OPTIMIZERS}")
         if pooling not in POOLINGS:
-            raise ValueError(f"TableBatchedEmbedding: pooling {pooling!r} is not one of {POOLINGS}")
+            raise ValueError(f"{name}: pooling {pooling!r} is not one of {POOLINGS}")
         self.dim, self.optimizer, self.eps = dim, optimizer, eps
         self.pooling, self.check_ids, self.deterministic = pooling, check_ids, deterministic
+        self.exchange = None  # settable: see embedding_tbe's exchange (data-parallel training)
         total = sum(self.table_sizes)
         self.register_buffer("weight", torch.empty(total, dim, dtype=dtype, device=device))
         self.register_buffer("table_offsets", table_offsets_for(self.table_sizes, device), persistent=False)
@@ -630,6 +801,7 @@ class TableBatchedEmbedding(torch.nn.Module):
             self.weight, self.table_offsets, ids, offsets,
             pooling=self.pooling, optimizer=self.optimizer if train else None, lr=self.lr_tensor,
             state=self.momentum, eps=self.eps, check_ids=self.check_ids, deterministic=self.deterministic,
+            exchange=self.exchange,
         )  # fmt: skip
 
     def extra_repr(self) -> str:

@@ -1,10 +1,10 @@
-"""Pre-tuning of the LoRA kernels for given shapes: ``python -m kernels.configs tune --shape M,K,N,r``.
+"""Pre-tuning of the LoRA kernels for given shapes: ``python -m kernels.lora.tune tune --shape M,K,N,r``.
 
 For each shape it times the candidates of :data:`kernels.configs.CANDIDATES` (plus the rule's own config)
 for the three kernels the default path runs or falls back to — the v3 forward GEMM (shrink fused), the dX
-GEMM of its backward (``"fused"`` mode) and the v1 branch kernel — under the same keys :mod:`kernels.lora`
-looks up on every call, and stores the fastest in the persistent cache. A later process finds them and times
-nothing.
+GEMM of its backward (``"fused"`` mode) and the v1 branch kernel — under the same keys
+:mod:`kernels.lora.linear` looks up on every call, and stores the fastest in the persistent cache. A later
+process finds them and times nothing.
 
 On a GPU the timer is ``triton.testing.do_bench`` (median). Under the interpreter (CPU) the timer is
 ``time.perf_counter`` and only the rule's config and the first candidate are timed (the interpreter runs
@@ -13,18 +13,20 @@ programs one after another, so its timings say nothing about a GPU; this only sh
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import argparse
+import sys
+from collections.abc import Iterable, Sequence
 
 import torch
 
-from kernels.configs import CANDIDATES, tune
+from kernels.configs import CANDIDATES, default_cache, tune
 from kernels.launch import sm_count
-from kernels.lora import backward_key, forward_key
-from kernels.lora_branch import branch_rule, lora_branch_
-from kernels.lora_gemm import gemm_rule, lowrank_gemm, producers_take_d
+from kernels.lora.branch import branch_rule, lora_branch_
+from kernels.lora.gemm import gemm_rule, lowrank_gemm, producers_take_d
+from kernels.lora.linear import backward_key, forward_key
 from kernels.runtime import default_device, interpreting
 
-__all__ = ["pretune"]
+__all__ = ["main", "pretune"]
 
 
 def _candidates(rule, family: str) -> list:
@@ -84,3 +86,34 @@ def _tune_shape(M: int, K: int, N: int, r: int, dtype: torch.dtype, bias: bool) 
 def pretune(shapes: Iterable[tuple[int, int, int, int]], dtype: torch.dtype, bias: bool = False) -> list[str]:
     """Tune the v3 forward, the dX and the v1 branch kernel for every ``(M, K, N, r)``; report lines."""
     return [line for shape in shapes for line in _tune_shape(*shape, dtype, bias)]
+
+
+def _parse_shape(text: str) -> tuple[int, int, int, int]:
+    parts = text.replace("x", ",").split(",")
+    if len(parts) != 4:
+        raise argparse.ArgumentTypeError(f"shape {text!r} must be M,K,N,r")
+    return tuple(int(p) for p in parts)  # type: ignore[return-value]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kernels.lora.tune", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_tune = sub.add_parser("tune", help="time the candidates for LoRA shapes and store the fastest")
+    p_tune.add_argument("--shape", type=_parse_shape, action="append", required=True, help="M,K,N,r")
+    p_tune.add_argument("--dtype", default="bfloat16", choices=["float32", "float16", "bfloat16"])
+    p_tune.add_argument("--bias", action="store_true", help="tune the forward with a bias")
+    sub.add_parser("show", help="print the cache file and its entries")
+    args = parser.parse_args(argv)
+    if args.command == "show":
+        print(f"cache: {default_cache().path}")
+        for key, entry in sorted(default_cache().entries().items()):
+            print(f"{key}  ->  {entry['config']['fields']}  ({entry['ms']} ms)")
+        return 0
+    for line in pretune(args.shape, getattr(torch, args.dtype), bias=args.bias):
+        print(line)
+    print(f"written to {default_cache().path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,10 @@
+"""Many LoRA adapters in one batch, as a server runs them (notebook 07): shrink and expand (SGMV).
+
+- :mod:`.shrink_expand` — ``add_multi_lora(y, x, lora_a, lora_b, adapter_ids, ...)``, the public function,
+  and ``plan``: which path and tiles a call takes.
+- :mod:`.metadata` — ``build_meta``: the token→adapter metadata (tokens sorted by adapter, block offsets),
+  built on the device without a host sync.
+
+Import from the modules (``from kernels.multi_lora.shrink_expand import add_multi_lora``); see
+:mod:`kernels.pointwise`.
+"""
