@@ -12,7 +12,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9]*.ipynb))
 
-.PHONY: setup setup-browser lecture slides test test-fast lint format bench screenshots results lab lab-reset notebooks-normalize clean
+.PHONY: setup setup-browser lecture slides test test-here test-fast lint format bench screenshots results lab lab-reset notebooks-normalize clean
 
 setup: $(STAMP)
 
@@ -57,8 +57,18 @@ lecture: setup setup-browser
 slides: setup setup-browser
 	$(PY) -m lecture_code.slides --check
 
+# Every test: pytest + nbval over the notebooks, one worker per core (pytest-xdist). --dist loadfile keeps each
+# file's tests on one worker, so a notebook's cells run in order in one kernel.
+PYTHON ?= python3
+PYTEST_ALL := -m pytest tests notebooks --nbval-lax --nbval-sanitize-with notebooks/nbval_sanitize.cfg \
+  -p no:cacheprovider -n auto --dist loadfile
 test: setup setup-browser
-	$(PY) -m pytest tests notebooks --nbval-lax --nbval-sanitize-with notebooks/nbval_sanitize.cfg -p no:cacheprovider
+	$(PY) $(PYTEST_ALL)
+
+# The same tests with the Python already installed (no setup): a GPU machine without a package registry
+# (benchmarks/run_gpu_suite.sh). make test-here PYTHON=/path/to/python3
+test-here:
+	$(PYTHON) $(PYTEST_ALL)
 
 test-fast: setup
 	$(PY) -m pytest tests -q -m "not slow"

@@ -188,7 +188,7 @@ def _may_self_overlap(t: torch.Tensor) -> bool:
     """True unless the strides prove every element has its own memory: sorted by stride, each dimension's
     stride must exceed the farthest offset the smaller dimensions reach (a stride of 0 never does). Exotic
     interleaved layouts that do not overlap may be refused too; never a layout that overlaps."""
-    if t.numel() <= 1:
+    if t.numel() <= 1 or t.is_contiguous():  # the common case, in one call
         return False
     reach = 0
     for stride, size in sorted((abs(st), sz) for sz, st in zip(t.shape, t.stride(), strict=True) if sz > 1):
@@ -200,6 +200,8 @@ def _may_self_overlap(t: torch.Tensor) -> bool:
 
 def _byte_span(t: torch.Tensor) -> tuple[int, int]:
     """[first byte, last byte + 1) of the memory ``t``'s elements can touch."""
+    if t.is_contiguous():
+        return t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()
     lo = hi = 0
     for size, stride in zip(t.shape, t.stride(), strict=True):
         if stride >= 0:
@@ -273,6 +275,8 @@ def check_output(
 
 
 def _int32_ok(t: torch.Tensor, dims: tuple[int, ...]) -> bool:
+    if t.numel() <= INT32_LIMIT and t.is_contiguous():  # every index · stride ≤ numel - 1: the common case
+        return True
     return all((t.shape[d] - 1) * abs(t.stride(d)) < INT32_LIMIT for d in dims if t.shape[d] > 0)
 
 

@@ -33,6 +33,21 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_gpu)
 
 
+@pytest.fixture(autouse=True)
+def _triton_mode_unchanged():
+    """A test that leaves ``TRITON_INTERPRET`` changed would switch every later test of its worker to the
+    other runtime mode (seen on a GPU machine: kernels on CPU tensors). Restore it and fail that test."""
+    before = os.environ.get("TRITON_INTERPRET")
+    yield
+    after = os.environ.get("TRITON_INTERPRET")
+    if after != before:
+        if before is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = before
+        pytest.fail(f"this test left TRITON_INTERPRET={after!r} (it was {before!r} before)")
+
+
 @pytest.fixture
 def seed():
     """A fresh seed per test run, printed so a failure can be replayed (never zeros, never ones as data)."""

@@ -22,9 +22,10 @@ namespace {
 
 // Error messages are built by hand into one std::string and passed to TORCH_CHECK_* as its only message
 // argument, so c10::str returns that string as it is and nothing goes through its ostream. Streaming
-// x.sizes() (an IntArrayRef) into TORCH_CHECK_VALUE crashed the whole process on an H100 (torch 2.11) instead
-// of raising; sizes, strides, devices and dtypes are therefore formatted here, as the Python checks in
-// kernels/cuda/__init__.py format them (the same words: tests match either).
+// x.sizes() (an IntArrayRef) into TORCH_CHECK_VALUE killed the whole process (SIGSEGV) instead of raising,
+// with torch 2.11+cu130 on an H100 and, in a ten-line op doing only that, on an H200; sizes, strides, devices
+// and dtypes are therefore formatted here, as the Python checks in kernels/cuda/__init__.py format them (the
+// same words: tests match either).
 
 // "[4, 8]": a tensor's sizes (or strides), written digit by digit with std::to_string.
 std::string dims_str(const at::Tensor& t, bool strides) {

@@ -29,10 +29,10 @@ Bytes per step and rank (Kaggle preset, B = 2048, F = 26, D = 16, fp32, 2 ranks)
 gradient rows 3.4 MB sent, twice that received; MLP gradients 1.9 MB all-reduced. DDP over the eager model:
 the tables' 2 GiB.
 
-A CUDA graph captures all of it (forward, the all-gathers inside backward, the all-reduce, the optimizer):
-NCCL collectives can be captured once their communicator exists, so the graph step's warm-up (run before
-capture, :mod:`lecture_code.training.graphs`) makes the first collectives outside the capture. gloo (CPU)
-collectives cannot be captured: on a CPU the step runs eagerly.
+Not yet in a CUDA graph. NCCL collectives can be captured once their communicator exists, and the graph step's
+warm-up (:mod:`lecture_code.training.graphs`) runs them before capture; but capturing this step on two H200s
+(torch 2.11) hung, so ``--cuda-graph`` under ``torchrun`` is refused (:mod:`.distributed`) until it is
+understood. gloo (CPU) collectives cannot be captured at all.
 """
 
 from __future__ import annotations

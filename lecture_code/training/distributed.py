@@ -28,13 +28,14 @@
 
 The fused backend (``--backend fused``) is not wrapped in DDP: its tables are buffers updated inside backward,
 so :mod:`lecture_code.training.data_parallel` exchanges the rows each batch touched (all-gathered in rank
-order, each rank applying the same update) and all-reduces the MLP gradients after backward; with
-``--cuda-graph`` (NCCL) the whole step, collectives included, is one CUDA graph.
+order, each rank applying the same update) and all-reduces the MLP gradients after backward.
 
 Refused under ``torchrun`` (:func:`check_distributed_config`), with the reason in the error:
 
-- ``--cuda-graph`` with the eager backend: DDP's bucketed all-reduce would have to be captured (DDP built and
-  warmed up on a side stream with a static graph); use the fused backend, whose step captures whole.
+- ``--cuda-graph``: the collectives would have to be captured in the graph. For eager, DDP's bucketed
+  all-reduce (DDP built and warmed up on a side stream with a static graph); for the fused step, its row
+  exchange and all-reduce: tried on two H200s (NCCL, torch 2.11), the capture hung, so it is refused until
+  that is understood.
 """
 
 from __future__ import annotations
@@ -113,11 +114,12 @@ def check_distributed_config(backend: str, cuda_graph: bool, world_size: int) ->
     """Refuse what data-parallel training here cannot do (module docstring says why)."""
     if world_size <= 1:
         return
-    if cuda_graph and backend != "fused":
+    if cuda_graph:
         raise ValueError(
-            f"--cuda-graph under torchrun (world size {world_size}) takes --backend fused: with {backend!r}, "
-            "DDP's all-reduce would have to be captured in the graph. Use --backend fused (its data-parallel "
-            "step captures whole, collectives included), or drop --cuda-graph"
+            f"--cuda-graph under torchrun (world size {world_size}) is not supported yet: the collectives "
+            "would have to be captured in the graph (DDP's for eager; the fused step's row exchange was "
+            "tried and its capture hung on two GPUs). Drop --cuda-graph (the fused backend's data-parallel "
+            "step runs without one), or run the graph step in one process"
         )
 
 

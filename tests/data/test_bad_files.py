@@ -51,7 +51,7 @@ def good_and_bad_lines(num_good: int, num_bad: int, tmp_path) -> list[str]:
     ("name", "data", "message"),
     [
         ("empty.tsv", b"", r"empty\.tsv is empty: nothing to preprocess"),
-        ("empty.tsv.gz", gzip.compress(b""), r"empty\.tsv\.gz is empty"),
+        ("empty.tsv.gz", gzip.compress(b"", mtime=0), r"empty\.tsv\.gz is empty"),
         ("header.csv", KAGGLE_HEADER, r"header\.csv has a header but no rows"),
         ("junk.tsv", b"1 not a row\n\n1\t2\t3\n", r"junk\.tsv: none of the 3 lines read is a valid row"),
         ("test.csv", b"Id,I1,I2\n1,2,3\n", r"test\.csv: unrecognised header \(missing label"),

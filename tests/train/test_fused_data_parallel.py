@@ -2,8 +2,7 @@
 the global batch, train the model one process trains on the whole global batch; the replicas stay bitwise
 equal.
 
-CPU: gloo, 2 and 3 processes (Triton's interpreter runs the kernels). GPU: NCCL on two GPUs, eager and in a
-CUDA graph (``gpu``-marked).
+CPU: gloo, 2 and 3 processes (Triton's interpreter runs the kernels). GPU: NCCL on two GPUs (``gpu``-marked).
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ TOL = dict(rtol=1e-5, atol=1e-6)
 two_gpus = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
 
 
-def _train(world: int, optimizer: str, device: str, graph: bool = False, exchange: bool = True):
+def _train(world: int, optimizer: str, device: str, exchange: bool = True):
     """In each rank (or the one process when world is 1): STEPS steps over this rank's slice of each global
     batch; returns (losses, state_dict on the CPU)."""
     info = distributed.from_environment()
@@ -40,13 +39,7 @@ def _train(world: int, optimizer: str, device: str, graph: bool = False, exchang
             model = DLRM(CONFIG, backend="fused", embedding_optimizer=optimizer, embedding_lr=LR)
         after = make_fused_data_parallel(model) if info.enabled and exchange else None
         step_opts = [o for o in make_optimizers(model, optimizer, LR) if o is not None]
-        if graph:
-            from lecture_code.training.graphs import make_graphed_train_step
-
-            example = Batch(*(t[:PER_RANK] for t in batches[0])).to(dev)
-            step = make_graphed_train_step(model, step_opts, example, after_backward=after)
-        else:
-            step = make_train_step(model, step_opts, after_backward=after)
+        step = make_train_step(model, step_opts, after_backward=after)
         losses = []
         for b in batches:
             mine = slice(info.rank * PER_RANK, (info.rank + 1) * PER_RANK) if info.enabled else slice(None)
@@ -73,16 +66,15 @@ def test_ranks_train_what_one_process_trains_on_the_global_batch(world, optimize
 
 def test_without_the_exchange_the_replicas_drift_apart():
     """The control: the same run with each rank updating its tables from its own rows alone."""
-    results = spawn(_train, 2, 2, "sgd", "cpu", False, False)
+    results = spawn(_train, 2, 2, "sgd", "cpu", False)
     key = "sparse_arch.embeddings.3.weight"
     assert not torch.allclose(results[0][1][key], results[1][1][key], **TOL)
 
 
 @pytest.mark.gpu
 @two_gpus
-@pytest.mark.parametrize("graph", [False, True], ids=["eager", "cuda-graph"])
-def test_two_gpus_train_what_one_gpu_trains(graph):
-    results = spawn(_train, 2, 2, "sgd", "cuda", graph)
+def test_two_gpus_train_what_one_gpu_trains():
+    results = spawn(_train, 2, 2, "sgd", "cuda")
     _assert_replicas_equal(results)
     ref_losses, ref_state = _train(2, "sgd", "cuda")
     torch.testing.assert_close(torch.tensor([r[0] for r in results]).mean(0), torch.tensor(ref_losses), **TOL)
