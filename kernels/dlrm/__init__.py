@@ -2,6 +2,7 @@
 
 - :mod:`.embedding_tbe` — ``TableBatchedEmbedding`` / ``embedding_tbe(...)``: every table in one buffer, one
   lookup launch, the optimizer (SGD, row-wise Adagrad) inside the backward.
+- :mod:`.tbe_inputs` — the embedding's two bag layouts and the checks its arguments get.
 - :mod:`.interaction_dot` — ``interaction_dot(dense, sparse)``: the pairwise dot products of DLRM's ``dot``
   interaction, forward and backward.
 
