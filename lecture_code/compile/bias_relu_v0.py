@@ -41,7 +41,9 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import shutil
 import tempfile
+import weakref
 from dataclasses import dataclass, field
 
 import torch
@@ -123,9 +125,12 @@ class V0:
         return int(self.constants["xnumel"])
 
     def _load(self):
-        # triton.jit reads its function's source from a file, so the captured text goes into one.
+        # triton.jit reads its function's source from a file, so the captured text goes into one, in a folder
+        # removed with this object (or when the process exits).
         if self._jit is None:
-            path = os.path.join(tempfile.mkdtemp(prefix="bias_relu_v0_"), "v0_kernel.py")
+            folder = tempfile.mkdtemp(prefix="bias_relu_v0_")
+            weakref.finalize(self, shutil.rmtree, folder, ignore_errors=True)
+            path = os.path.join(folder, "v0_kernel.py")
             with open(path, "w") as f:
                 f.write((_INTERPRETER_HEADER if interpreting() else _GPU_HEADER) + self.source)
             spec = importlib.util.spec_from_file_location("bias_relu_v0_kernel", path)

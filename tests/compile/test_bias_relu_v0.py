@@ -7,6 +7,11 @@ from the baked size, the launch grid and the mask inductor chose, and are assert
 
 from __future__ import annotations
 
+import gc
+import glob
+import os
+import tempfile
+
 import pytest
 import torch
 
@@ -115,3 +120,14 @@ def test_guarded_run_refuses_other_dtypes(v0):
 def test_baked_constants_parser():
     text = "    xnumel = 65536\n    x0 = (xindex % 4096)\n    x1 = xindex // 4096\n    y = xnumel\n"
     assert baked_constants(text) == {"xnumel": "65536", "x0": "xindex % 4096", "x1": "xindex // 4096"}
+
+
+def test_the_kernel_file_folder_goes_with_the_capture():
+    before = set(glob.glob(f"{tempfile.gettempdir()}/bias_relu_v0_*"))
+    v0 = capture_bias_relu_v0(8, 16)
+    v0.run(torch.randn(8, 16), torch.randn(16))  # loads the kernel from its file
+    made = set(glob.glob(f"{tempfile.gettempdir()}/bias_relu_v0_*")) - before
+    assert len(made) == 1
+    del v0
+    gc.collect()
+    assert not any(os.path.exists(p) for p in made)
