@@ -11,7 +11,10 @@ JSON form name every field.)
 
 Autotuning is keyed by :func:`tuning_key`: the kernel's name, a *token-count bucket* (the next power of two
 of M, so every M gets its own tuned entry up to a factor of two; NeMo's keys left M out, so the first
-sequence length decided for all), the other dimensions, the dtype and the device name. Resolving a config on
+sequence length decided for all), the other dimensions, the dtype and the device; the persistent cache files
+the device as its name, its compute capability and the Triton version (:func:`key_string`), so a config tuned
+under another Triton or on another GPU generation is never replayed: its key does not match, and it is ignored
+(kept in the file for the installation that wrote it). Resolving a config on
 each call (:func:`resolve`) is one dictionary lookup keyed by that tuple; a miss reads the persistent cache,
 and if that has nothing it takes the kernel's rule (no timing on the call path: tuning is explicit,
 through :func:`tune` or the pre-tune command, so a training step never stalls on a benchmark).
@@ -35,7 +38,6 @@ Pre-tune the LoRA kernels from a shell (GPU), then every later process starts tu
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import os
 import statistics
@@ -47,7 +49,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 import torch
+import triton
 
+from kernels import gpu_features
 from kernels.launch import next_pow2
 from kernels.runtime import interpreting
 
@@ -61,6 +65,7 @@ __all__ = [
     "MlpConfig",
     "cache_dir",
     "default_cache",
+    "device_capability",
     "device_name",
     "key_string",
     "resolve",
@@ -72,6 +77,7 @@ __all__ = [
 CACHE_ENV = "FUSED_KERNELS_CACHE_DIR"
 CACHE_FILE = "autotune.json"
 CACHE_FORMAT = 2  # bump when the meaning of a stored entry changes; other formats are ignored
+TRITON_VERSION = triton.__version__  # part of every persistent key (a module global: tests patch it)
 
 
 @dataclass(frozen=True)
@@ -205,23 +211,25 @@ def token_bucket(m: int) -> int:
     return next_pow2(m)
 
 
-@functools.cache
-def _cuda_name(index: int) -> str:
-    return torch.cuda.get_device_name(index)
-
-
 def device_name(device: torch.device) -> str:
     """The name tuning results are filed under: the GPU's name, or ``"cpu-interpreter"``."""
     if device.type != "cuda":
         return "cpu-interpreter" if interpreting() else device.type
-    return _cuda_name(device.index if device.index is not None else torch.cuda.current_device())
+    return gpu_features.features(device).name
+
+
+def device_capability(device: torch.device) -> str:
+    """``"sm_90"`` for a CUDA device of compute capability 9.0; ``"-"`` for any other device."""
+    f = gpu_features.features(device)
+    return "-" if f is None else f"sm_{f.capability[0]}{f.capability[1]}"
 
 
 def tuning_key(kernel: str, m: int, dims: Sequence[int], dtype: torch.dtype, device: torch.device) -> tuple:
     """``(kernel, token bucket of m, *dims, dtype, device)``: hashable and cheap to build on every call.
 
-    The persistent cache files it under the JSON list ``[kernel, bucket, *dims, "bfloat16", device name]``
-    (:func:`key_string`), so entries are shared by every device of the same name.
+    The persistent cache files it under the JSON list ``[kernel, bucket, *dims, "bfloat16", device name,
+    "sm_90", "triton 3.6.0"]`` (:func:`key_string`), so entries are shared by every device of the same name
+    and capability under the same Triton, and by no other.
     """
     return (kernel, token_bucket(m), *dims, dtype, device)
 
@@ -244,8 +252,14 @@ def _json_part(part):
 
 
 def key_string(key: tuple) -> str:
-    """The JSON text a key is stored under (dtype by name, device by :func:`device_name`)."""
-    return json.dumps([_json_part(p) for p in key], separators=(",", ":"))
+    """The JSON text a key is stored under: dtype by name, a device by its name, its compute capability and
+    the Triton version (:data:`TRITON_VERSION`)."""
+    parts = []
+    for p in key:
+        parts.append(_json_part(p))
+        if isinstance(p, torch.device):
+            parts += [device_capability(p), f"triton {TRITON_VERSION}"]
+    return json.dumps(parts, separators=(",", ":"))
 
 
 class ConfigCache:

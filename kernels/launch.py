@@ -20,13 +20,13 @@ takes what it needs without pulling in an unrelated kernel.
 
 from __future__ import annotations
 
-import functools
 import os
 
 import torch
 import triton
 import triton.language as tl
 
+from kernels import gpu_features
 from kernels.fast_launch import CachedLauncher
 from kernels.runtime import interpreting
 
@@ -111,17 +111,13 @@ def input_precision(dtype: torch.dtype) -> str:
     return "ieee"
 
 
-@functools.cache
-def _cuda_sm_count(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
-
-
 def sm_count(device: torch.device) -> int:
-    """Streaming multiprocessors on ``device``: how many programs run at once, at least. 1 under the
-    interpreter, which runs programs one after another (so there, fewer and larger programs are faster)."""
+    """Streaming multiprocessors on ``device`` (:func:`kernels.gpu_features.features`): how many programs run
+    at once, at least. 1 under the interpreter, which runs programs one after another (so there, fewer and
+    larger programs are faster)."""
     if device.type != "cuda":
         return 1
-    return _cuda_sm_count(device.index if device.index is not None else torch.cuda.current_device())
+    return gpu_features.features(device).sm_count  # (looked up on the module: tests patch it)
 
 
 def pointwise_tile(M: int, N: int, num_sms: int) -> tuple[int, int]:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import torch
 
+from kernels.gpu_features import TRITON_FLOOR, Needs, unmet
 from kernels.launch import (
     MAX_TILE_ELEMENTS,
     check_device,
@@ -134,8 +135,17 @@ def check_values(flat, offsets, table_offsets, F: int, bag_size: int, R: int, id
         )
 
 
+# What the TBE kernels need of a GPU (kernels.gpu_features): gathers, a [64, 64] fp32 tl.dot per update block
+# and atomic adds, so Triton's floor, sm_80; small tiles (well under 32 KB of shared memory). No program waits
+# on another: the cross-block kernel reads flags the block kernel, a launch earlier, wrote.
+GPU_NEEDS = Needs("embedding_tbe's Triton kernels", TRITON_FLOOR, 32 * 1024)
+
+
 def check_weight(weight, D_max: int) -> None:
     check_tensor(FN, "weight", weight)
+    problem = unmet(GPU_NEEDS, weight.device)
+    if problem is not None:
+        raise RuntimeError(f"{FN}: {problem}; kernels.reference.embedding_tbe computes the same in torch")
     if weight.dim() != 2:
         raise ValueError(f"{FN}: weight must be [R, D] (the packed tables), got shape {tuple(weight.shape)}")
     check_dtype(FN, "weight", weight, weight, like="weight")

@@ -30,10 +30,16 @@ import triton.language as tl
 
 from kernels.configs import BranchConfig
 from kernels.fast_launch import CachedLauncher
+from kernels.gpu_features import TRITON_FLOOR, Needs
 from kernels.launch import cdiv, dot_block, input_precision
 from kernels.runtime import dot_upcast, interpreting
 
-__all__ = ["branch_rule", "lora_branch_"]
+__all__ = ["BRANCH_NEEDS", "branch_rule", "lora_branch_"]
+
+# What v1 needs of a GPU (kernels.gpu_features): pointer loads and tl.dot, so Triton's floor (sm_80). Its
+# rule's tiles in 16-bit at r ≤ 16, 3 stages of a [64, 64] x tile and a [16, 64] A tile plus a [16, 128] B
+# tile, ask about 34 KB of shared memory (more with r): every sm_80+ GPU offers at least 99 KB.
+BRANCH_NEEDS = Needs("LoRA v1 (the branch kernel)", TRITON_FLOOR, 34 * 1024)
 
 
 @triton.jit

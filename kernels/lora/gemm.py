@@ -87,8 +87,10 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels import gpu_features
 from kernels.configs import GemmConfig
 from kernels.fast_launch import CachedLauncher, ensure_allocator
+from kernels.gpu_features import Needs, resident_programs
 from kernels.launch import cdiv, dot_block, input_precision, sm_count
 from kernels.runtime import interpreting
 
@@ -105,6 +107,13 @@ PRODUCER_SMEM = 216 * 1024  # bytes of a producer's loads in flight (227 KB per 
 SHRINK_PROGRAMS = 4  # producers of Tₛ in a fused launch (H100: 16 row blocks each at 8192 × 4096 × 4096)
 MAX_RANK = 128  # BLOCK_R ≤ 128: the fp32 [BLOCK_M, BLOCK_R] tile of T stays in registers beside acc
 TMA_ALIGN = 16  # bytes: base address and row strides of a tensor descriptor
+# What the paths need of a GPU (kernels.gpu_features): tensor descriptors (sm_90), and the shared memory the
+# H100 tiles were sized for. Tiles: 3 stages of 128 × 64 P and 256 × 64 Q tiles plus half an output tile,
+# 176 KB in 16-bit; producers: PRODUCER_SMEM. 8 warps a program.
+GEMM_SMEM = 176 * 1024
+FAST_PATH_NEEDS = Needs("LoRA v2 (tensor descriptors)", (9, 0), GEMM_SMEM, threads=256)
+# v3 also spin-waits: every program must be resident at once (programs_split: one per SM, at least 2 SMs).
+FUSED_NEEDS = Needs("LoRA v3 (producers and waiting tiles)", (9, 0), PRODUCER_SMEM, threads=256, min_sms=2)
 _INTERPRET = interpreting()  # fixed at import: the @triton.jit decorators below were made in this mode
 
 
@@ -461,6 +470,21 @@ def programs_split(num_tiles: int, num_pid_m: int, num_sms: int, fused: bool) ->
     return cdiv(num_tiles, rounds), shrink
 
 
+@functools.lru_cache(maxsize=64)
+def check_co_resident(programs: int, threads: int, device: torch.device) -> None:
+    """Refuse a fused launch whose programs might not all be resident at once (its tiles spin-wait on its
+    producers: a grid larger than what fits could hang instead of failing). :func:`programs_split` keeps the
+    grid at one program per SM, which fits whenever one program fits an SM; this checks that count against
+    the device (:func:`kernels.gpu_features.resident_programs`, worst-case registers)."""
+    f = gpu_features.features(device)
+    fit = resident_programs(f, threads, PRODUCER_SMEM) if f is not None else programs
+    if programs > fit:
+        raise RuntimeError(
+            f"lowrank_gemm: {programs} programs whose tiles wait on producers, but only {fit} fit on "
+            f"{f.name} at once (a spin-wait could then never end): use version='v2' or 'v1'"
+        )
+
+
 def producers_take_d(r: int) -> bool:
     """Whether the backward's dX launch also computes dB = dYᵀ(s·t) in its producers (``g``): a second pass
     over dY on their few SMs, which fits beside the GEMM only while their first pass is bandwidth-bound."""
@@ -542,6 +566,8 @@ def lowrank_gemm(
         M, NC, KR, R, dtype, sm_count(device), q_kmajor, fused, _l_mode(shrink) if fused else 0,
         g is not None, bias is not None, input_precision(dtype), config,
     )  # fmt: skip
+    if fused and not _INTERPRET:
+        check_co_resident(grid[0], config.num_warps * 32, device)
     # one flag per row block, raised by the producer that publishes its Tₛ
     flags = torch.zeros(num_pid_m, device=device, dtype=torch.int32) if fused else out
     if not _INTERPRET:

@@ -87,12 +87,19 @@ runs v0. ``version=None`` chooses, and warns once per reason when it falls back;
 cannot run raises. fp32 on a GPU at torch's default ``"highest"`` matmul precision runs v0 (cuBLAS SGEMM
 beats a Triton FMA GEMM: see :mod:`kernels.mlp.fused_mlp`); allow TF32 to use v3.
 
+**Which GPU** (:mod:`kernels.gpu_features` has the table): v2 and v3 need tensor descriptors (sm_90) and the
+H100's shared memory (``FAST_PATH_NEEDS``, ``FUSED_NEEDS`` in :mod:`kernels.lora.gemm`); v3's tiles spin-wait
+on its producers, so its grid must be resident at once (one program per SM, checked before each launch). On
+an A100, L4 or RTX 4090 (sm_80/86/89), or an sm_120 card with 99 KB of shared memory, ``version=None`` runs
+v1; below sm_80, v0. Asking for a version the device cannot run raises, naming what it lacks.
+
 **Frozen base**: if ``weight`` or ``bias`` requires grad (with grad mode on), :func:`lora_linear` raises:
 their gradients are not computed here (dW would be a second full GEMM, a different kernel).
 """
 
 from __future__ import annotations
 
+import functools
 import numbers
 import warnings
 
@@ -100,9 +107,18 @@ import torch
 import torch.nn.functional as F
 
 from kernels.configs import BranchConfig, GemmConfig, resolve, tuning_key
+from kernels.gpu_features import unmet
 from kernels.launch import as_rows, cdiv, check_device, check_dtype, int32_offsets, sm_count
-from kernels.lora.branch import branch_rule, lora_branch_
-from kernels.lora.gemm import MAX_RANK, gemm_rule, lowrank_gemm, producers_take_d, tma_compatible
+from kernels.lora.branch import BRANCH_NEEDS, branch_rule, lora_branch_
+from kernels.lora.gemm import (
+    FAST_PATH_NEEDS,
+    FUSED_NEEDS,
+    MAX_RANK,
+    gemm_rule,
+    lowrank_gemm,
+    producers_take_d,
+    tma_compatible,
+)
 from kernels.lora.skinny import skinny_pays, skinny_products
 
 __all__ = ["VERSIONS", "choose_version", "lora_linear"]
@@ -214,21 +230,42 @@ def _fast_path_problem(x2, weight, lora_b) -> str | None:
     return None
 
 
+NEEDS = {"v1": BRANCH_NEEDS, "v2": FAST_PATH_NEEDS, "v3": FUSED_NEEDS}  # v0 (torch) runs anywhere
+
+
+@functools.lru_cache(maxsize=16)
+def device_problems(device: torch.device) -> dict[str, str | None]:
+    """Per Triton version, why ``device`` cannot run it (:mod:`kernels.gpu_features`: compute capability,
+    shared memory, resident programs) or None; read once per device. Never a problem under the interpreter."""
+    return {v: unmet(needs, device) for v, needs in NEEDS.items()}
+
+
 def choose_version(x2, weight, lora_b, version: str | None = None) -> tuple[str, str | None]:
-    """``(version to run, why it is not the requested/default one or None)`` for 2-D ``x2``."""
+    """``(version to run, why it is not the requested/default one or None)`` for 2-D ``x2``.
+
+    The device decides first (:func:`device_problems`): v3 on sm_90+ with the H100's shared memory (v2 where
+    v3's grid cannot be resident at once), v1 on sm_80/86/89 and on sm_90+ with less shared memory, v0 below
+    sm_80. These are documented choices, not fallbacks, and warn nothing. Then the tensors: a layout or rank
+    v2/v3 cannot take runs v1 (r > 128: v0), with the reason.
+    """
     if version is not None and version not in VERSIONS:
         raise ValueError(f"lora_linear: version={version!r} is not one of {VERSIONS} (or None)")
     if version == "v0":
         return "v0", None
     problem = _fast_path_problem(x2, weight, lora_b)
+    device = device_problems(x2.device)
     if version is None:
         if x2.is_cuda and x2.dtype == torch.float32 and torch.get_float32_matmul_precision() == "highest":
             return "v0", None  # documented choice, not a fallback: cuBLAS SGEMM is faster than FMA dots
         if problem is None:
-            return "v3", None
+            for fast in ("v3", "v2"):
+                if device[fast] is None:
+                    return fast, None
         if lora_b.shape[1] > MAX_RANK:
             return "v0", problem
-        return "v1", problem
+        return ("v1", problem) if device["v1"] is None else ("v0", None)
+    if device[version] is not None:
+        raise ValueError(f"lora_linear: version={version!r} cannot run on this GPU: {device[version]}")
     if version == "v1" and lora_b.shape[1] > MAX_RANK:
         raise ValueError(f"lora_linear: version='v1' cannot run: r = {lora_b.shape[1]} > {MAX_RANK}")
     if version in ("v2", "v3") and problem is not None:

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
-from kernels.configs import CANDIDATES, default_cache, tune
+from kernels.configs import CANDIDATES, TRITON_VERSION, default_cache, tune
 from kernels.launch import sm_count
 from kernels.lora.branch import branch_rule, lora_branch_
 from kernels.lora.gemm import gemm_rule, lowrank_gemm, producers_take_d
@@ -105,9 +105,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.add_parser("show", help="print the cache file and its entries")
     args = parser.parse_args(argv)
     if args.command == "show":
-        print(f"cache: {default_cache().path}")
+        print(f"cache: {default_cache().path} (this installation: triton {TRITON_VERSION})")
         for key, entry in sorted(default_cache().entries().items()):
-            print(f"{key}  ->  {entry['config']['fields']}  ({entry['ms']} ms)")
+            other = "" if f'"triton {TRITON_VERSION}"' in key else "  [another Triton: not used here]"
+            print(f"{key}  ->  {entry['config']['fields']}  ({entry['ms']} ms){other}")
         return 0
     for line in pretune(args.shape, getattr(torch, args.dtype), bias=args.bias):
         print(line)

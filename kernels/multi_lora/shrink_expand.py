@@ -68,6 +68,7 @@ import triton.language as tl
 
 from kernels.configs import BranchConfig, resolve, tuning_key
 from kernels.fast_launch import CachedLauncher
+from kernels.gpu_features import TRITON_FLOOR, Needs, unmet
 from kernels.launch import (
     cdiv,
     check_device,
@@ -89,6 +90,11 @@ MAX_RANK = 128  # the fp32 [BLOCK_M, r] tile of t lives in registers
 DEFAULT_PATH = "split"  # faster than "fused" at every shape bench_multi_lora measured on the H100
 _TBL = 10  # slice-table columns: a_ptr, b_ptr, column offset, width, A strides (l, r, k), B strides (l, n, r)
 FN = "add_multi_lora"
+# What both paths need of a GPU (kernels.gpu_features): pointer loads, tl.dot and (split-K, when not
+# deterministic) atomic adds, so Triton's floor, sm_80. No program waits on another. The rule's largest
+# tiles (the fused kernel's 3 stages of [64, 64] x and [16, 64] A tiles plus [16, 128] B tiles, or the
+# shrink's 4 stages of [32, 128] x and [16, 128] A tiles, 16-bit) ask under 64 KB; every sm_80+ GPU has 99.
+NEEDS = Needs("add_multi_lora's Triton kernels", TRITON_FLOOR, 64 * 1024)
 
 
 @triton.jit
@@ -361,6 +367,9 @@ def plan(
         path = DEFAULT_PATH
     if path not in ("fused", "split"):
         raise ValueError(f"{FN}: path={path!r} must be 'fused', 'split' or None")
+    problem = unmet(NEEDS, device)
+    if problem is not None:
+        raise RuntimeError(f"{FN}: {problem}; kernels.reference.multi_lora computes the same in torch")
     sms, N = sm_count(device), max(widths)
     kernels_ = ("fused",) if path == "fused" else ("shrink", "expand")
     out = {}

@@ -3,6 +3,7 @@ file, a second process)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -11,9 +12,11 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+import triton
 
-from kernels import configs
+from kernels import configs, gpu_features
 from kernels.configs import BranchConfig, ConfigCache, GemmConfig, KernelConfig, resolve, token_bucket, tune
+from kernels.gpu_features import GpuFeatures
 from kernels.lora import tune as tune_cli
 
 
@@ -119,7 +122,37 @@ def test_tuning_key_buckets_tokens_and_names_everything():
     ]
     assert len({k, *different}) == 5
     name = configs.device_name(cpu)  # "cpu-interpreter" under the interpreter
-    assert json.loads(configs.key_string(k)) == ["lora_fwd_v3", 4096, 4096, 4096, 16, "bfloat16", name]
+    assert json.loads(configs.key_string(k)) == [
+        "lora_fwd_v3", 4096, 4096, 4096, 16, "bfloat16", name, "-", f"triton {triton.__version__}"
+    ]  # fmt: skip
+
+
+def test_persistent_key_names_the_gpu_capability_and_triton(monkeypatch):
+    h100 = GpuFeatures("NVIDIA H100 80GB HBM3", (9, 0), 132, 227 * 1024, 228 * 1024)
+    monkeypatch.setattr(gpu_features, "features", lambda device: h100)
+    k = configs.tuning_key("lora_fwd_v3", 8192, (4096, 4096, 16), torch.bfloat16, torch.device("cuda", 0))
+    assert json.loads(configs.key_string(k))[-3:] == [h100.name, "sm_90", f"triton {triton.__version__}"]
+
+
+@pytest.mark.parametrize("other", ["triton", "capability"])
+def test_entry_tuned_under_another_triton_or_capability_is_ignored(cache_dir, monkeypatch, other):
+    # Tuned by an installation with another Triton (or on a GPU of another generation sharing the name):
+    # a fresh process here must not replay it; it takes the rule, and the other entry stays in the file.
+    a100 = GpuFeatures("GPU X", (8, 0), 108, 163 * 1024, 164 * 1024)
+    monkeypatch.setattr(gpu_features, "features", lambda device: a100)
+    key = configs.tuning_key("unit_test_kernel", 64, (3,), torch.float16, torch.device("cuda", 0))
+    tuned, rule = GemmConfig(32, 64, 16, 2, 4, 2, "grouped", False), GemmConfig(64, 64, 64, 1, 4, 3)
+    with monkeypatch.context() as m:
+        if other == "triton":
+            m.setattr(configs, "TRITON_VERSION", "0.0.0-another")
+        else:
+            m.setattr(gpu_features, "features", lambda device: dataclasses.replace(a100, capability=(9, 0)))
+        ConfigCache().put(key, tuned, 0.1)
+        assert ConfigCache().get(key) == tuned  # replayed where it was tuned
+    configs.forget_resolved()
+    assert ConfigCache().get(key) is None
+    assert resolve(key, lambda: rule) is rule
+    assert len(json.loads((cache_dir / configs.CACHE_FILE).read_text())["entries"]) == 1  # kept, not used
 
 
 def _fake_run(times_ms):
