@@ -10,7 +10,9 @@
 - :mod:`.multi_tenant`: one adapter per market on DLRM's over-arch, a mixed batch scored in one pass
   (``score_mixed``, via ``kernels.multi_lora.shrink_expand``) against one merged model per market
   (``score_per_market``);
-- :mod:`.exercises`: the name notebook 06 imports its first checker by (now in ``lecture_code.exercises``).
+- :mod:`.exercises`: the name notebook 06 imports its first checker by (now in ``lecture_code.exercises``);
+- :mod:`.peft_kernels`: ``use_fused_kernels(peft_model)``, the PEFT drop-in (needs ``peft``, imported on first
+  use of the name).
 """
 
 from lecture_code.lora.adapter_io import (
@@ -51,3 +53,12 @@ __all__ = [
     "set_backend",
     "unmerge_lora",
 ]
+
+
+def __getattr__(name: str):
+    # The PEFT drop-in imports peft, an optional dependency: only when its names are asked for.
+    if name in ("use_fused_kernels", "use_peft_forward"):
+        from lecture_code.lora import peft_kernels
+
+        return getattr(peft_kernels, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -159,6 +159,12 @@ def test_multi_lora_and_tbe_refuse_below_sm80(gpu):
     assert multi_lora.plan(16, 64, (64,), 16, 2, torch.float16, CUDA).path == multi_lora.DEFAULT_PATH
 
 
+def _close(got, want, tol, name):
+    """|got − want| ≤ tol · (max |want| + |want|): bf16 roundings scale with the largest term of a sum."""
+    err = (got.double() - want).abs()
+    assert (err <= tol * (want.abs().max() + want.abs())).all(), f"{name}: max error {err.max().item():.3g}"
+
+
 @pytest.mark.gpu
 def test_non_hopper_choice_on_this_gpu_matches_reference(monkeypatch, seed):
     # The real device, reported as sm_80: LoRA takes v1, multi-LoRA and TBE their Triton kernels; all right.
@@ -172,11 +178,11 @@ def test_non_hopper_choice_on_this_gpu_matches_reference(monkeypatch, seed):
         y = lora_linear(mine[0], w, mine[1], mine[2], 0.5)
         ref = [t.double().requires_grad_() for t in (x, a, b)]
         want = reference.lora_linear(ref[0], w.double(), ref[1], ref[2], 0.5)
-        torch.testing.assert_close(y.double(), want, atol=6e-2, rtol=2e-2)  # bf16: 2^-8 relative rounding
+        _close(y, want, 3e-2, "y")  # bf16: a few ulps (2^-7) of the largest term
         grad = torch.randn_like(want)
         got = torch.autograd.grad(y, mine, grad.to(y.dtype))
         for name, g, e in zip("XAB", got, torch.autograd.grad(want, ref, grad), strict=True):
-            torch.testing.assert_close(g.double(), e, atol=0.25, rtol=3e-2, msg=f"d{name}")
+            _close(g, e, 3e-2, f"d{name}")
 
         T, K, N, L, r = 64, 128, 96, 3, 16
         xs = torch.randn(T, K, device=x.device, dtype=torch.bfloat16)
@@ -186,7 +192,7 @@ def test_non_hopper_choice_on_this_gpu_matches_reference(monkeypatch, seed):
         ids = torch.randint(-1, L, (T,), device=x.device)
         want_ml = reference.multi_lora(ys.double(), xs.double(), la.double(), lb.double(), ids, 0.5)
         got_ml = multi_lora.add_multi_lora(ys.clone(), xs, la, lb, ids, 0.5)
-        torch.testing.assert_close(got_ml.double(), want_ml, atol=6e-2, rtol=2e-2)
+        _close(got_ml, want_ml, 3e-2, "multi-LoRA y")
 
         weight = torch.randn(10, 8, device=x.device)
         ids_tbe = torch.randint(0, 4, (5, 2), device=x.device)
