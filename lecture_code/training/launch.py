@@ -37,8 +37,9 @@ def _rank_main(rank: int, world_size: int, port: int, out_dir: str, fn: Callable
     env = {"RANK": rank, "LOCAL_RANK": rank, "WORLD_SIZE": world_size, "LOCAL_WORLD_SIZE": world_size}
     os.environ.update({k: str(v) for k, v in env.items()})
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    # torchrun's default (OMP_NUM_THREADS=1 for several processes), but sharing the cores instead of one
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+    # torchrun's default (OMP_NUM_THREADS=1 for several processes), but sharing this process's threads (the
+    # cores, or OMP_NUM_THREADS where the caller set it) instead of one
+    torch.set_num_threads(max(1, torch.get_num_threads() // world_size))
     torch.save(fn(*args), Path(out_dir) / f"rank{rank}.pt")
 
 
