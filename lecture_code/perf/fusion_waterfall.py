@@ -5,7 +5,7 @@
 orders the measured rows and adds the ratio to the previous step and to the first; :func:`waterfall_chart`
 draws them; :func:`waterfall_sentences` states what the numbers say (which step helped, by how much, whether
 the last step's GPU or host time bounds it, and the goal), so the notebook's prose never cites a number that
-no cell printed. The goal (:data:`GOAL_MS`) is issue 9's, for the Kaggle preset at batch 2048 on an H100.
+no cell printed. The goal (:data:`GOAL_MS`) is RESULTS.md's, for the Kaggle preset at batch 2048 on an H100.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from lecture_code.results.goals import goals_for
 __all__ = ["GOAL_MS", "STEPS", "waterfall_chart", "waterfall_rows", "waterfall_sentences"]
 
 GOAL_MS = next(g.bound for g in goals_for("dlrm_step") if g.key == "kaggle, batch 2048")  # one source
-"""Issue 9's goal: ms per training step, Kaggle preset, batch 2048, one H100."""
+"""The goal (RESULTS.md): ms per training step, Kaggle preset, batch 2048, one H100."""
 
 STEPS: dict[str, str] = {
     "eager, dense grads": "the model of notebook 01: 26 nn.Embedding, a dense gradient per table",
@@ -151,7 +151,7 @@ def waterfall_sentences(rows: Sequence[dict], on_gpu: bool, kaggle_batch_2048: b
             "only show that the code runs; the ranking on a GPU is the GPU run's."
         )
     elif kaggle_batch_2048:
-        out.append(f"Issue 9's goal is ≤ {GOAL_MS} ms per step here.")
+        out.append(f"RESULTS.md's goal here is ≤ {GOAL_MS} ms per step.")
         for label, chosen in (("at fp32", [r for r in rows if "TF32" not in r["implementation"]]),
                               ("with TF32", [r for r in rows if "TF32" in r["implementation"]])):  # fmt: skip
             if chosen:

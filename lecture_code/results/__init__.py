@@ -1,7 +1,7 @@
 """RESULTS.md and the README's "Measured so far" table, generated from the benchmark result files.
 
 - :mod:`.sources`: the newest result file per workload and device under ``benchmarks/results/``.
-- :mod:`.goals`: the goals the issues set, each with its issue number.
+- :mod:`.goals`: the lecture's goals, each with its bound and the CSV row it is checked against.
 - :mod:`.section`: what the page says about one workload (tables, goal checks, README headlines).
 - :mod:`.workloads`: one module per workload that turns its file into a section.
 - :mod:`.screenshots`: README rows from the sidecars of ``perf_screenshots/``.

@@ -1,8 +1,8 @@
-"""The goals the issues set, in one table: what RESULTS.md checks each latest measurement against.
+"""The lecture's goals, in one table: what RESULTS.md checks each latest measurement against.
 
-Each :class:`Goal` quotes its issue (the number is the project's issue tracker, ``issues show N``) and says
-which row of which CSV it is about (``key``, matched by the workload's section) and the bound. A goal whose
-row the CSV lacks is reported as "not measured", never as met.
+Each :class:`Goal` states its bound in words (``text``, what a reader sees) and says which row of which
+workload's CSV it is about (``key``, matched by the workload's section; the section names the benchmark that
+writes the CSV). A goal whose row the CSV lacks is reported as "not measured", never as met.
 """
 
 from __future__ import annotations
@@ -15,10 +15,9 @@ __all__ = ["GOALS", "Goal", "goals_for"]
 
 @dataclass(frozen=True)
 class Goal:
-    """``value <op> bound`` for the row ``key`` of ``workload``'s latest CSV, as issue ``issue`` states it."""
+    """``value <op> bound`` for the row ``key`` of ``workload``'s latest CSV, stated as ``text``."""
 
     workload: str
-    issue: int
     key: str
     text: str
     op: str  # "<=" or ">="
@@ -31,25 +30,22 @@ class Goal:
 GOALS: tuple[Goal, ...] = (
     Goal(
         "preprocess",
-        2,
         "1000000 rows",
         "≥ 500k rows/s end to end on a 1M-row synthetic file (2-core CPU)",
         ">=",
         500e3,
     ),
-    Goal("pointwise", 4, "largest size", "Triton v1 ≥ 95% of the copy reference at large sizes", ">=", 95.0),
+    Goal("pointwise", "largest size", "Triton v1 ≥ 95% of the copy reference at large sizes", ">=", 95.0),
     Goal(
         "pointwise",
-        4,
         "smallest size",
         "no slower than torch.compile at small sizes (x compile ≥ 1)",
         ">=",
         1.0,
     ),
-    # issue 9: ours = the best `fused*` implementation; each goal is for uniform AND Zipf ids (worse counts)
+    # ours = the best `fused*` implementation; each goal is for uniform AND Zipf ids (worse counts)
     Goal(
         "dlrm_step",
-        9,
         "kaggle, batch 2048",
         "≤ 0.35 ms per training step (H100, Kaggle preset, batch 2048)",
         "<=",
@@ -57,7 +53,6 @@ GOALS: tuple[Goal, ...] = (
     ),
     Goal(
         "dlrm_step",
-        9,
         "kaggle, batch 2048, × eager",
         "≥ 13× the eager step (eager, sparse grads)",
         ">=",
@@ -65,7 +60,6 @@ GOALS: tuple[Goal, ...] = (
     ),
     Goal(
         "dlrm_step",
-        9,
         "kaggle, batch 2048, × two tricks",
         "≥ 2× the two-tricks version (packed + index_add_, CUDA graph)",
         ">=",
@@ -73,21 +67,19 @@ GOALS: tuple[Goal, ...] = (
     ),
     Goal(
         "dlrm_step",
-        9,
         "kaggle, batch 2048, peak memory",
         "peak memory no higher than eager's (% of eager, sparse grads)",
         "<=",
         100.0,
     ),
-    Goal("lora", 10, "8192x4096x4096 r16 fwd", "LoRA overhead over the frozen base ≤ +8%", "<=", 8.0),
-    Goal("lora", 10, "8192x4096x4096 r16 fwd+bwd", "LoRA overhead over the frozen base ≤ +10%", "<=", 10.0),
-    Goal("lora", 10, "8192x4096x4096 r64 fwd+bwd", "LoRA overhead over the frozen base ≤ +15%", "<=", 15.0),
-    Goal("lora", 10, "16384x4096x14336 r16 fwd+bwd", "LoRA overhead over the frozen base ≤ +3%", "<=", 3.0),
-    Goal("lora", 10, "512x4096x4096 r16 fwd+bwd", "LoRA overhead over the frozen base ≤ +100%", "<=", 100.0),
-    # issue 11: ours = add_multi_lora (provider "ours"), 8 adapters, r 16, K = N = 4096, one slice
+    Goal("lora", "8192x4096x4096 r16 fwd", "LoRA overhead over the frozen base ≤ +8%", "<=", 8.0),
+    Goal("lora", "8192x4096x4096 r16 fwd+bwd", "LoRA overhead over the frozen base ≤ +10%", "<=", 10.0),
+    Goal("lora", "8192x4096x4096 r64 fwd+bwd", "LoRA overhead over the frozen base ≤ +15%", "<=", 15.0),
+    Goal("lora", "16384x4096x14336 r16 fwd+bwd", "LoRA overhead over the frozen base ≤ +3%", "<=", 3.0),
+    Goal("lora", "512x4096x4096 r16 fwd+bwd", "LoRA overhead over the frozen base ≤ +100%", "<=", 100.0),
+    # ours = add_multi_lora (provider "ours"), 8 adapters, r 16, K = N = 4096, one slice
     Goal(
         "multi_lora",
-        11,
         "T=16 µs",
         "shrink + expand ≤ 10 µs (8 adapters, r 16, K = N = 4096, bf16)",
         "<=",
@@ -95,7 +87,6 @@ GOALS: tuple[Goal, ...] = (
     ),
     Goal(
         "multi_lora",
-        11,
         "T=256 µs",
         "shrink + expand ≤ 40 µs (8 adapters, r 16, K = N = 4096, bf16)",
         "<=",
@@ -103,7 +94,6 @@ GOALS: tuple[Goal, ...] = (
     ),
     Goal(
         "multi_lora",
-        11,
         "T=4096 µs",
         "shrink + expand ≤ 45 µs (8 adapters, r 16, K = N = 4096, bf16)",
         "<=",
@@ -111,7 +101,6 @@ GOALS: tuple[Goal, ...] = (
     ),
     Goal(
         "multi_lora",
-        11,
         "T=4096 % copy",
         "≥ 80% of the copy reference on the bytes that must move",
         ">=",
@@ -119,7 +108,6 @@ GOALS: tuple[Goal, ...] = (
     ),
     Goal(
         "multi_lora",
-        11,
         "T=16384 % copy",
         "≥ 85% of the copy reference on the bytes that must move",
         ">=",

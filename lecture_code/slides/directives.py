@@ -151,8 +151,8 @@ def _results(ctx: Context, args: list[str]) -> str:
         index = int(part.partition("=")[2] or 0)
         return _table(section.tables[index]) + source
     if part == "goals":
-        rows = [[g.goal.text, f"#{g.goal.issue}", g.reached, g.verdict] for g in section.goals]
-        return _table(Table("", ["goal", "issue", "reached", "verdict"], rows), verdict_column=3) + source
+        rows = [[g.goal.text, g.reached, g.verdict] for g in section.goals]
+        return _table(Table("", ["goal", "reached", "verdict"], rows), verdict_column=2) + source
     if part == "plot":
         if section.result.plot is None:
             return _pending(

@@ -4,7 +4,7 @@ Reads ``benchmarks/bench_multi_lora.py``'s CSV: one row per shape (``T``, ``L`` 
 ``slices``; the label in ``shape`` names the widths) and provider, with the median device time ``us``, the
 host time per call, GB/s on the bytes that must move and ``% copy`` (that over the measured copy reference).
 Ours is ``add_multi_lora``'s default path (provider ``ours``, metadata built once per step); the other ``ours
-…`` rows are its paths, the atomic split-K, and the CUDA-graph replay. Issue 11's table is the four shapes
+…`` rows are its paths, the atomic split-K, and the CUDA-graph replay. The goals' table is the four shapes
 with 8 adapters, r = 16, one slice of N = K = 4096.
 """
 
@@ -38,8 +38,8 @@ def build(result: ResultFile) -> Section:
     def us(shape, provider):
         return _float(at.get((shape, provider)), "us")
 
-    issue_table = Table(
-        f"Issue 11's table: µs per call (median, device), 8 adapters, r 16, K = N = 4096, one slice, "
+    goal_table = Table(
+        f"The goals' shapes: µs per call (median, device), 8 adapters, r 16, K = N = 4096, one slice, "
         f"{dtype}; ours also as % of the copy reference on the bytes that must move",
         ["tokens T", "ours µs", "ours % copy", "ours (graph) µs", *[f"{b} µs" for b in BASELINES]],
         [
@@ -83,7 +83,7 @@ def build(result: ResultFile) -> Section:
         "(`add_multi_lora`, metadata built once per step; its fused and split paths; a CUDA graph), vLLM's "
         "Triton ops where importable, the torch per-adapter loop and gather + bmm.",
         result=result,
-        tables=[issue_table, sweep_table],
+        tables=[goal_table, sweep_table],
         goals=goals,
         headlines=[_headline(shapes, us, dtype)],
     )
@@ -96,7 +96,7 @@ def _determinism(split: float | None, atomic: float | None) -> str:
 
 
 def _headline(shapes: list[str], us, dtype: str) -> Headline:
-    """The issue's shapes when the file has them, else every shape in it: ours against the baselines."""
+    """The goals' shapes when the file has them, else every shape in it: ours against the baselines."""
     measured = [s for s in ISSUE_SHAPES.values() if us(s, OURS) is not None] or shapes
     parts = []
     for shape in measured:
