@@ -107,6 +107,7 @@ from kernels.dlrm.tbe_inputs import (
     check_table_offsets,
     check_values,
     check_weight,
+    check_written,
     feature_of_entry,
     table_offsets_for,
 )
@@ -121,6 +122,7 @@ from kernels.launch import (
     dot_block,
     next_pow2,
 )
+from kernels.library import custom_op
 
 __all__ = [
     "MAX_DIM",
@@ -379,23 +381,23 @@ def _segment_block(D: int) -> int:
     return max(16, min(64, 1024 // next_pow2(D)))
 
 
-def _backward_update(ctx, grad: torch.Tensor) -> None:
+def _update(grad, weight, table_offsets, flat, offsets, state, lr, bag_size, mean, adagrad, eps,
+            deterministic, exchange=None) -> None:  # fmt: skip
     """Sort the entries by row, sum each run of equal rows, apply the optimizer to each touched row once."""
-    weight, table_offsets, flat, offsets, state, lr = ctx.saved_tensors
-    offsets = None if ctx.fixed else offsets
+    fixed = offsets is None
     nnz, F, D, R = flat.numel(), table_offsets.numel() - 1, weight.shape[1], weight.shape[0]
     if nnz == 0 or D == 0:
         return
     grad = grad.reshape(-1, D).contiguous()  # [B·F, D]: row k is bag k's upstream gradient
-    if ctx.exchange is not None:  # e.g. every data-parallel rank's entries, in rank order (fixed bags)
-        flat, grad = ctx.exchange(flat, grad)
+    if exchange is not None:  # e.g. every data-parallel rank's entries, in rank order (fixed bags)
+        flat, grad = exchange(flat, grad)
         nnz = flat.numel()
-    bags = None if ctx.fixed else feature_of_entry(flat, offsets, F, ctx.bag_size)[1]
-    bag_size = max(ctx.bag_size, 1)
+    bags = None if fixed else feature_of_entry(flat, offsets, F, bag_size)[1]
+    bag_size = max(bag_size, 1)
     bag_of_entry = flat if bags is None else bags
     bag_ends = flat if offsets is None else offsets
-    modes = (("FIXED_BAG", ctx.fixed), ("MEAN", ctx.mean))
-    if not ctx.deterministic:  # SGD by atomic adds: one launch (the module docstring)
+    modes = (("FIXED_BAG", fixed), ("MEAN", mean))
+    if not deterministic:  # SGD by atomic adds: one launch (the module docstring)
         args = (weight, table_offsets, flat, bag_of_entry, bag_ends, grad, lr,
                 nnz, R, F, D, bag_size, weight.stride(0), grad.stride(0))  # fmt: skip
         block = max(16, 2048 // next_pow2(D))
@@ -405,20 +407,20 @@ def _backward_update(ctx, grad: torch.Tensor) -> None:
     key_dtype = torch.int32 if R < 2**31 - 1 else torch.int64  # int32 keys: half the radix sort's passes
     rows = torch.empty(nnz, dtype=key_dtype, device=flat.device)
     rows_args = (flat, table_offsets, bag_of_entry, rows, nnz, F, bag_size, R)
-    _launch_rows((cdiv(nnz, 1024),), rows_args, (("FIXED_BAG", ctx.fixed), ("BLOCK", 1024)), 4, 3)
+    _launch_rows((cdiv(nnz, 1024),), rows_args, (("FIXED_BAG", fixed), ("BLOCK", 1024)), 4, 3)
     sorted_rows, order = torch.sort(rows, stable=True)
     block_p, block_d = _segment_block(D), dot_block(D)  # tl.dot: every tile dimension >= 16
     blocks = cdiv(nnz, block_p)
     partials = torch.empty((blocks, 2, D), dtype=torch.float32, device=flat.device)
     flags = torch.empty(blocks, dtype=torch.int32, device=flat.device)
-    state_or_weight = state if ctx.adagrad else weight
+    state_or_weight = state if adagrad else weight
     sizes = (("BLOCK_P", block_p), ("BLOCK_D", block_d))
     args = (weight, state_or_weight, lr, sorted_rows, order, bag_of_entry, bag_ends, grad, partials, flags,
-            nnz, R, D, bag_size, ctx.eps, weight.stride(0), grad.stride(0))  # fmt: skip
-    _launch_blocks((blocks,), args, (*modes, ("ADAGRAD", ctx.adagrad), *sizes), 4, 3)
+            nnz, R, D, bag_size, eps, weight.stride(0), grad.stride(0))  # fmt: skip
+    _launch_blocks((blocks,), args, (*modes, ("ADAGRAD", adagrad), *sizes), 4, 3)
     args = (weight, state_or_weight, lr, sorted_rows, partials, flags,
-            nnz, blocks, D, ctx.eps, weight.stride(0))  # fmt: skip
-    constexprs = (("ADAGRAD", ctx.adagrad), ("HEADS", CROSS_HEADS), *sizes)  # any order: named
+            nnz, blocks, D, eps, weight.stride(0))  # fmt: skip
+    constexprs = (("ADAGRAD", adagrad), ("HEADS", CROSS_HEADS), *sizes)  # any order: named
     _launch_cross((cdiv(blocks, CROSS_HEADS),), args, constexprs, 1, 3)
 
 
@@ -430,24 +432,106 @@ _launch_cross = CachedLauncher(_tbe_cross_block_update_kernel)
 _launch_atomic = CachedLauncher(_tbe_atomic_sgd_kernel)
 
 
-class _TBEFunction(torch.autograd.Function):
-    """Forward: the pooled lookup. Backward: the fused optimizer update, in place; no gradient returned."""
+# ---- the ops (kernels.library): fused_kernels::embedding_tbe and fused_kernels::embedding_tbe_update ------
+# The lookup op takes a *trigger*: a 0-element tensor. With an optimizer it is _TRIGGER, a leaf that requires
+# grad, so the output requires grad and autograd calls the registered backward, which runs the update op
+# (it mutates weight and state: declared) and returns no gradient; the weight itself stays out of autograd.
+# One CPU leaf for every device: 0 elements, never read, never given a .grad. Without an optimizer the
+# trigger is _NO_TRIGGER and the lookup is a plain op. Value checks (ids, offsets: a host sync) and the
+# address check of the weight run inside the op, at run time, also under torch.compile.
+_TRIGGER = torch.zeros(0, requires_grad=True)
+_NO_TRIGGER = torch.zeros(0)
+
+
+def _fake_lookup(trigger, weight, table_offsets, flat, offsets, state, lr, B, bag_size, mean, adagrad, eps,
+                 deterministic, check_ids):  # fmt: skip
+    return weight.new_empty((B, table_offsets.shape[0] - 1, weight.shape[1]))
+
+
+@custom_op(
+    "embedding_tbe",
+    "(Tensor trigger, Tensor weight, Tensor table_offsets, Tensor flat, Tensor? offsets, Tensor? state, "
+    "Tensor? lr, int B, int bag_size, bool mean, bool adagrad, float eps, bool deterministic, "
+    "bool check_ids) -> Tensor",
+    fake=_fake_lookup,
+)
+def _lookup_op(trigger, weight, table_offsets, flat, offsets, state, lr, B, bag_size, mean, adagrad, eps,
+               deterministic, check_ids):  # fmt: skip
+    """The pooled lookup ``[B, F, D]`` on checked shapes; ``lr`` None: no optimizer. Runs the checks that
+    read values or addresses first."""
+    _check_values(weight, table_offsets, flat, offsets, bag_size, check_ids)
+    if lr is not None:
+        check_written(weight, state if adagrad else None, lr)
+    return _forward(weight, table_offsets, flat, offsets, B, bag_size, mean)
+
+
+@custom_op(
+    "embedding_tbe_update",
+    "(Tensor grad, Tensor(a!) weight, Tensor(b!)? state, Tensor table_offsets, Tensor flat, Tensor? offsets, "
+    "Tensor lr, int bag_size, bool mean, bool adagrad, float eps, bool deterministic) -> ()",
+    mutates_args=("weight", "state"),
+)
+def _update_op(grad, weight, state, table_offsets, flat, offsets, lr, bag_size, mean, adagrad, eps,
+               deterministic):  # fmt: skip
+    """The optimizer step of the backward: the touched rows of ``weight`` (and ``state``) updated in place."""
+    _update(
+        grad, weight, table_offsets, flat, offsets, state, lr, bag_size, mean, adagrad, eps, deterministic
+    )
+
+
+def _setup_context(ctx, inputs, output):
+    ctx.save_for_backward(*inputs[1:7])  # weight, table_offsets, flat, offsets, state, lr
+    ctx.flags = inputs[8:13]  # bag_size, mean, adagrad, eps, deterministic
+
+
+def _autograd_backward(ctx, grad):
+    weight, table_offsets, flat, offsets, state, lr = ctx.saved_tensors
+    if lr is not None:  # the update, in place; no gradient returned (the module docstring)
+        _update_op(grad, weight, state, table_offsets, flat, offsets, lr, *ctx.flags)
+    return (None,) * 14
+
+
+_lookup_op.register_autograd(_autograd_backward, setup_context=_setup_context)
+
+
+def _check_values(weight, table_offsets, flat, offsets, bag_size: int, check_ids: bool) -> None:
+    """The checks that read values (a host sync on a GPU; never while capturing a CUDA graph)."""
+    sync_ok = not capturing(weight)
+    if check_ids and not sync_ok:
+        raise RuntimeError(
+            f"{FN}: check_ids=True needs a host sync, which CUDA graph capture forbids: pass check_ids=False "
+            "(out-of-range ids then pool as zeros and update nothing; see the module docstring)"
+        )
+    if offsets is not None and sync_ok:
+        check_offsets(offsets, flat.numel())
+    if sync_ok and (check_ids or weight.device.type == "cpu" or debug_checks()):
+        F = table_offsets.numel() - 1
+        check_values(flat, offsets, table_offsets, F, bag_size, weight.shape[0], ids=check_ids)
+
+
+class _TBEExchangeFunction(torch.autograd.Function):
+    """With ``exchange`` (a Python callable, which no op schema can carry): the same lookup and update, the
+    callable run between them in backward. torch.compile does not trace this path (see embedding_tbe)."""
 
     @staticmethod
-    def forward(
-        ctx, trigger, weight, table_offsets, flat, offsets, state, lr, B, bag_size, mean, adagrad, eps,
-        deterministic, exchange,
-    ):  # fmt: skip
-        ctx.fixed, ctx.bag_size, ctx.mean = offsets is None, bag_size, mean
-        ctx.adagrad, ctx.eps, ctx.deterministic, ctx.exchange = adagrad, eps, deterministic, exchange
+    def forward(ctx, trigger, weight, table_offsets, flat, offsets, state, lr, B, bag_size, mean, adagrad,
+                eps, deterministic, check_ids, exchange):  # fmt: skip
+        ctx.flags = (bag_size, mean, adagrad, eps, deterministic, exchange)
         ctx.save_for_backward(weight, table_offsets, flat, offsets, state, lr)
-        return _forward(weight, table_offsets, flat, offsets, B, bag_size, mean)
+        return _lookup_op(_NO_TRIGGER, weight, table_offsets, flat, offsets, state, lr, B, bag_size, mean,
+                          adagrad, eps, deterministic, check_ids)  # fmt: skip
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
-        _backward_update(ctx, grad)
-        return (None,) * 14  # the weight got its update, not a gradient
+        weight, table_offsets, flat, offsets, state, lr = ctx.saved_tensors
+        _update(grad, weight, table_offsets, flat, offsets, state, lr, *ctx.flags)
+        return (None,) * 15
+
+
+@torch.compiler.disable
+def _with_exchange(*args):
+    return _TBEExchangeFunction.apply(*args)
 
 
 def embedding_tbe(
@@ -476,6 +560,12 @@ def embedding_tbe(
     ``exchange(ids, grad) -> (ids, grad)``: called in backward before the update, with this call's flat local
     ids and its upstream gradient rows ``[B·F, D]``; it may return more samples' worth of both (fixed bags
     only), e.g. every data-parallel rank's (:class:`lecture_code.training.data_parallel.RowExchange`).
+
+    The ops ``fused_kernels::embedding_tbe`` (the lookup; with an optimizer, its autograd formula is the
+    update) and ``fused_kernels::embedding_tbe_update`` (mutates ``weight`` and ``state``): torch.compile
+    traces a training step through them with no graph break, the update in the compiled backward. One
+    exception, a graph break by design: with ``exchange``, a Python callable that no op schema can carry (and
+    that runs collectives in backward), the call runs outside the compiled graph (``torch.compiler.disable``).
     """
     if exchange is not None and offsets is not None:
         raise ValueError(f"{FN}: exchange needs fixed-size bags (ids [B, F] or [B, F, L]), got offsets")
@@ -494,27 +584,16 @@ def embedding_tbe(
     if B * F > launch.INT32_LIMIT - BLOCK_BAGS:  # the forward numbers bags in int32
         raise ValueError(f"{FN}: B*F = {B}*{F} bags is above the kernel's int32 bag numbers (< 2**31); "
                          "split the batch")  # fmt: skip
-    R, sync_ok = weight.shape[0], not capturing(weight)
-    if check_ids and not sync_ok:
-        raise RuntimeError(
-            f"{FN}: check_ids=True needs a host sync, which CUDA graph capture forbids: pass check_ids=False "
-            "(out-of-range ids then pool as zeros and update nothing; see the module docstring)"
-        )
-    if offsets is not None and sync_ok:
-        check_offsets(offsets, flat.numel())
-    if sync_ok and (check_ids or weight.device.type == "cpu" or debug_checks()):
-        check_values(flat, offsets, table_offsets, F, bag_size, R, ids=check_ids)
     mean = pooling == "mean"
     if optimizer is None:
-        return _forward(weight, table_offsets, flat, offsets, B, bag_size, mean)
+        return _lookup_op(_NO_TRIGGER, weight, table_offsets, flat, offsets, None, None, B, bag_size, mean,
+                          False, 0.0, True, check_ids)  # fmt: skip
     adagrad = optimizer == "rowwise_adagrad"
-    # A 0-element leaf that requires grad: it makes the output require grad, so autograd calls our backward,
-    # while the weight itself stays out of autograd (it receives an update, not a .grad).
-    trigger = torch.zeros(0, requires_grad=True)
-    return _TBEFunction.apply(
-        trigger, weight, table_offsets, flat, offsets, state, lr, B, bag_size, mean, adagrad, float(eps),
-        deterministic, exchange,
-    )  # fmt: skip
+    args = (weight, table_offsets, flat, offsets, state if adagrad else None, lr, B, bag_size, mean, adagrad,
+            float(eps), deterministic, check_ids)  # fmt: skip
+    if exchange is not None:
+        return _with_exchange(_TRIGGER, *args, exchange)
+    return _lookup_op(_TRIGGER, *args)
 
 
 class TableBatchedEmbedding(torch.nn.Module):

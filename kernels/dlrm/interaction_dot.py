@@ -49,6 +49,7 @@ from kernels.launch import (
     dot_block,
     int32_offsets,
 )
+from kernels.library import custom_op
 
 __all__ = ["interaction_dot", "interaction_dot_output_dim"]
 
@@ -195,25 +196,49 @@ def _backward(grad: torch.Tensor, dense: torch.Tensor, sparse: torch.Tensor):
     return d_dense, d_sparse
 
 
-class _InteractionDot(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, dense, sparse):
-        ctx.save_for_backward(dense, sparse)  # inputs only: Z is not needed by the backward
-        return _forward(dense, sparse)
+# ---- the op (kernels.library): fused_kernels::interaction_dot and its backward ---------------------------
+def _fake_forward(dense, sparse):
+    B, D = dense.shape
+    F = sparse.shape[1] + 1
+    return dense.new_empty((B, D + F * (F - 1) // 2))
 
-    @staticmethod
-    def backward(ctx, grad):
-        dense, sparse = ctx.saved_tensors
-        d_dense, d_sparse = _backward(grad.to(dense.dtype), dense, sparse)
-        return (d_dense if ctx.needs_input_grad[0] else None), (d_sparse if ctx.needs_input_grad[1] else None)
+
+def _fake_backward(grad, dense, sparse):
+    return dense.new_empty(dense.shape), dense.new_empty((dense.shape[0], sparse.shape[1], dense.shape[1]))
+
+
+_forward_op = custom_op("interaction_dot", "(Tensor dense, Tensor sparse) -> Tensor", fake=_fake_forward)(
+    _forward
+)
+
+
+@custom_op(
+    "interaction_dot_backward",
+    "(Tensor grad, Tensor dense, Tensor sparse) -> (Tensor, Tensor)",
+    fake=_fake_backward,
+)
+def _backward_op(grad, dense, sparse):
+    return _backward(grad.to(dense.dtype), dense, sparse)
+
+
+def _setup_context(ctx, inputs, output):
+    ctx.save_for_backward(*inputs)  # inputs only: Z is not needed by the backward
+
+
+def _autograd_backward(ctx, grad):
+    dense, sparse = ctx.saved_tensors
+    d_dense, d_sparse = _backward_op(grad, dense, sparse)
+    return (d_dense if ctx.needs_input_grad[0] else None), (d_sparse if ctx.needs_input_grad[1] else None)
+
+
+_forward_op.register_autograd(_autograd_backward, setup_context=_setup_context)
 
 
 def interaction_dot(dense: torch.Tensor, sparse: torch.Tensor) -> torch.Tensor:
     """``[dense, strict lower triangle of T Tᵀ]`` with ``T = [dense; sparse]``: ``[B, D]``, ``[B, Fs, D]`` →
-    ``[B, D + F(F-1)/2]``, one Triton kernel each way (differentiable in dense and sparse)."""
+    ``[B, D + F(F-1)/2]``, one Triton kernel each way (differentiable in dense and sparse). The op
+    ``fused_kernels::interaction_dot``."""
     _check(dense, sparse)
     # Samples are indexed in int64, features and columns in int32: an input too large for that is copied.
     dense, sparse = int32_offsets(dense), int32_offsets(sparse, (1, 2))
-    if torch.is_grad_enabled() and (dense.requires_grad or sparse.requires_grad):
-        return _InteractionDot.apply(dense, sparse)
-    return _forward(dense, sparse)
+    return _forward_op(dense, sparse)

@@ -31,6 +31,7 @@ __all__ = [
     "check_table_offsets",
     "check_values",
     "check_weight",
+    "check_written",
     "feature_of_entry",
     "table_offsets_for",
 ]
@@ -220,6 +221,10 @@ def check_optimizer_args(weight, optimizer: str, lr, state, eps, deterministic: 
         raise TypeError(f"{FN}: lr must be a float or a 1-element float32 tensor, got {type(lr).__name__}")
     if not isinstance(eps, numbers.Real) or not eps >= 0:
         raise ValueError(f"{FN}: eps must be a number >= 0, got {eps!r}")
-    # Written in place by the backward: no row may share memory with another, nor with what it reads.
-    check_output(FN, "weight", weight, {"state": state if adagrad else None, "lr": lr})
     return lr
+
+
+def check_written(weight, state, lr) -> None:
+    """Addresses, checked inside the op (where they exist also under torch.compile): the weight is written in
+    place by the backward, so no row may share memory with another, nor with what it reads."""
+    check_output(FN, "weight", weight, {"state": state, "lr": lr})

@@ -109,6 +109,7 @@ import torch.nn.functional as F
 from kernels.configs import BranchConfig, GemmConfig, resolve, tuning_key
 from kernels.gpu_features import unmet
 from kernels.launch import as_rows, cdiv, check_device, check_dtype, int32_offsets, sm_count
+from kernels.library import custom_op, decode_config, encode_config
 from kernels.lora.branch import BRANCH_NEEDS, branch_rule, lora_branch_
 from kernels.lora.gemm import (
     FAST_PATH_NEEDS,
@@ -312,46 +313,84 @@ def _check(x, weight, lora_a, lora_b, scale, bias) -> None:
                 )
 
 
-def _forward_only(x2, weight, lora_a, lora_b, bias, scale, version, fwd_override, bwd_override):
+def _chosen(x2, weight, lora_b, version: str | None, stacklevel: int) -> str:
+    """:func:`choose_version`, warning once per reason when it falls back to the general path."""
+    chosen, why = choose_version(x2, weight, lora_b, version)
+    if why is not None and why not in _warned:
+        _warned.add(why)
+        warnings.warn(
+            f"lora_linear: general path ({chosen}) because {why}", RuntimeWarning, stacklevel=stacklevel
+        )
+    return chosen
+
+
+# ---- the ops (kernels.library): fused_kernels::lora_linear and its backward ------------------------------
+# ``version``: the version to run, or "" to choose inside the op (under torch.compile, where the tensors'
+# addresses, which decide whether tensor descriptors can take them, exist only at run time). Configs as
+# strings (kernels.library.encode_config). The forward returns s·t [M, r] too: the backward's saved tensor.
+def _fake_forward(x2, weight, lora_a, lora_b, bias, scale, version, fwd_config, bwd_config):
+    return x2.new_empty((x2.shape[0], weight.shape[0])), x2.new_empty((x2.shape[0], lora_a.shape[0]))
+
+
+@custom_op(
+    "lora_linear",
+    "(Tensor x, Tensor weight, Tensor lora_a, Tensor lora_b, Tensor? bias, float scale, str version, "
+    "str fwd_config, str bwd_config) -> (Tensor, Tensor)",
+    fake=_fake_forward,
+)
+def _forward_op(x2, weight, lora_a, lora_b, bias, scale, version, fwd_config, bwd_config):
+    """``(y [M, N], s·t [M, r])`` for 2-D x."""
+    chosen = _chosen(x2, weight, lora_b, version or None, stacklevel=2)  # given: a check of the same choice
+    M, N = x2.shape[0], weight.shape[0]
+    if M == 0:
+        return x2.new_empty((0, N)), x2.new_empty((0, lora_a.shape[0]))
+    config = None
+    if chosen != "v0":
+        config = forward_config(chosen, x2, weight, lora_b, bias is not None, decode_config(fwd_config))
+    return _forward(chosen, x2, weight, lora_a, lora_b, scale, bias, config)
+
+
+def _fake_backward(dy2, x2, weight, lora_a, lora_b, ts, scale, version, bwd_config, need_dx):
+    dx = x2.new_empty(x2.shape if need_dx else (0,))
+    return dx, lora_a.new_empty(lora_a.shape), lora_b.new_empty(lora_b.shape)
+
+
+@custom_op(
+    "lora_linear_backward",
+    "(Tensor dy, Tensor x, Tensor weight, Tensor lora_a, Tensor lora_b, Tensor ts, float scale, str version, "
+    "str bwd_config, bool need_dx) -> (Tensor, Tensor, Tensor)",
+    fake=_fake_backward,
+)
+def _backward_op(dy2, x2, weight, lora_a, lora_b, ts, scale, version, bwd_config, need_dx):
+    """``(dX or an empty [0] tensor when not need_dx, dA, dB)``. The version is chosen again from the same
+    tensors as the forward's choice (so the same one): the backward mode follows it."""
+    chosen, _ = choose_version(x2, weight, lora_b, version or None)
+    empty = x2.new_empty(0)
     if x2.shape[0] == 0:
-        return x2.new_empty((0, weight.shape[0]))
-    config = (
-        None
-        if version == "v0"
-        else forward_config(version, x2, weight, lora_b, bias is not None, fwd_override)
+        dx = x2.new_zeros(x2.shape) if need_dx else empty
+        return dx, lora_a.new_zeros(lora_a.shape), lora_b.new_zeros(lora_b.shape)
+    mode = _EPILOGUE_BACKWARD.get(chosen, "torch")
+    override = decode_config(bwd_config)
+    dx, da, db = _backward(mode, dy2, x2, weight, lora_a, lora_b, ts, scale, need_dx, override)
+    return (dx if need_dx else empty), da, db
+
+
+def _setup_context(ctx, inputs, output):
+    x2, weight, lora_a, lora_b, bias, scale, version, fwd_config, bwd_config = inputs
+    ctx.save_for_backward(x2, weight, lora_a, lora_b, output[1])
+    ctx.scale, ctx.version, ctx.bwd_config = scale, version, bwd_config
+
+
+def _autograd_backward(ctx, dy2, _dts):
+    x2, weight, lora_a, lora_b, ts = ctx.saved_tensors
+    need_dx = ctx.needs_input_grad[0]
+    dx, da, db = _backward_op(
+        dy2, x2, weight, lora_a, lora_b, ts, ctx.scale, ctx.version, ctx.bwd_config, need_dx
     )
-    return _forward(version, x2, weight, lora_a, lora_b, scale, bias, config)[0]
+    return (dx if need_dx else None), None, da, db, None, None, None, None, None
 
 
-class _LoRALinearFunction(torch.autograd.Function):
-    """2-D in, 2-D out: ``lora_linear`` flattens x to rows outside, so autograd handles that reshape."""
-
-    @staticmethod
-    def forward(ctx, x2, weight, lora_a, lora_b, bias, scale, version, fwd_override, bwd_override):
-        M, N = x2.shape[0], weight.shape[0]
-        if M == 0:
-            y2, ts = x2.new_empty((0, N)), x2.new_empty((0, lora_a.shape[0]))
-        else:
-            config = None
-            if version != "v0":
-                config = forward_config(version, x2, weight, lora_b, bias is not None, fwd_override)
-            y2, ts = _forward(version, x2, weight, lora_a, lora_b, scale, bias, config)
-        ctx.save_for_backward(x2, weight, lora_a, lora_b, ts)
-        ctx.scale, ctx.bwd_override = scale, bwd_override
-        ctx.bwd_mode = _EPILOGUE_BACKWARD.get(version, "torch")
-        return y2
-
-    @staticmethod
-    def backward(ctx, dy2):
-        x2, weight, lora_a, lora_b, ts = ctx.saved_tensors
-        need_dx = ctx.needs_input_grad[0]
-        if x2.shape[0] == 0:
-            dx, da, db = x2.new_zeros(x2.shape), torch.zeros_like(lora_a), torch.zeros_like(lora_b)
-        else:
-            dx, da, db = _backward(
-                ctx.bwd_mode, dy2, x2, weight, lora_a, lora_b, ts, ctx.scale, need_dx, ctx.bwd_override
-            )
-        return dx, None, da, db, None, None, None, None, None
+_forward_op.register_autograd(_autograd_backward, setup_context=_setup_context)
 
 
 def lora_linear(
@@ -384,13 +423,12 @@ def lora_linear(
     # v1's kernel indexes columns, r and K in int32 (rows in int64): an operand too large for that is copied.
     x2 = int32_offsets(as_rows(x, "x"))
     lora_a, lora_b = int32_offsets(lora_a, (0, 1)), int32_offsets(lora_b, (0, 1))
-    chosen, why = choose_version(x2, weight, lora_b, version)
-    if why is not None and why not in _warned:
-        _warned.add(why)
-        warnings.warn(f"lora_linear: general path ({chosen}) because {why}", RuntimeWarning, stacklevel=2)
-    args = (x2, weight, lora_a, lora_b, bias, float(scale), chosen, fwd_config, bwd_config)
-    if torch.is_grad_enabled() and (x.requires_grad or lora_a.requires_grad or lora_b.requires_grad):
-        y2 = _LoRALinearFunction.apply(*args)
-    else:  # inference: skip autograd's bookkeeping (≈ 15 µs of host time per call)
-        y2 = _forward_only(*args)
+    if torch.compiler.is_compiling():  # addresses do not exist while tracing: the op chooses at run time
+        if version is not None and version not in VERSIONS:
+            raise ValueError(f"lora_linear: version={version!r} is not one of {VERSIONS} (or None)")
+        chosen = version or ""
+    else:
+        chosen = _chosen(x2, weight, lora_b, version, stacklevel=3)
+    fwd, bwd = encode_config(fwd_config), encode_config(bwd_config)
+    y2, _ = _forward_op(x2, weight, lora_a, lora_b, bias, float(scale), chosen, fwd, bwd)
     return y2.view(*x.shape[:-1], weight.shape[0])

@@ -86,6 +86,7 @@ from kernels.launch import (
     int32_offsets,
     sm_count,
 )
+from kernels.library import custom_op, decode_config, encode_config
 from kernels.runtime import dot_upcast
 
 MAX_HIDDEN = 256  # largest BLOCK_H: see the module docstring
@@ -244,6 +245,54 @@ def _check(x, w1, b1, w2, b2, final_activation: str) -> None:
         )
 
 
+def _filled_config(x2, w1, w2, config: MlpConfig | None) -> MlpConfig:
+    """The rule's launch parameters (:func:`launch_params`), ``config``'s set fields on top, checked."""
+    M, K = x2.shape
+    H, N = w1.shape[0], w2.shape[0]
+    tensor_cores = x2.dtype != torch.float32 or input_precision(x2.dtype) == "tf32"
+    p = launch_params(M, K, H, N, x2.dtype, tensor_cores, sm_count(x2.device))
+    if config is not None:
+        p = config.filled(p)
+        if p.block_h < H:
+            raise ValueError(f"fused_mlp: config.block_h={p.block_h} does not cover the hidden width H={H}")
+        small = {f: getattr(p, f) for f in ("block_m", "block_h", "block_n", "block_k") if getattr(p, f) < 16}
+        if small:
+            raise ValueError(f"fused_mlp: config {small} below 16: every side of a tl.dot tile must be >= 16")
+        if p.block_m * p.block_h > MAX_TILE_ELEMENTS:
+            raise ValueError(f"fused_mlp: config block_m * block_h = {p.block_m * p.block_h} is above "
+                             f"Triton's {MAX_TILE_ELEMENTS} elements per block")  # fmt: skip
+    return p
+
+
+def _fake_forward(x2, w1, b1, w2, b2, final_activation, config):
+    return x2.new_empty((x2.shape[0], w2.shape[0]))
+
+
+@custom_op(
+    "fused_mlp",
+    "(Tensor x, Tensor w1, Tensor b1, Tensor w2, Tensor b2, str final_activation, str config) -> Tensor",
+    fake=_fake_forward,
+)
+def _fused_mlp_op(x2, w1, b1, w2, b2, final_activation, config):
+    """The op, on 2-D x: forward only (no autograd formula: :func:`fused_mlp` refuses inputs that require
+    grad). ``config``: :func:`kernels.library.encode_config` of an :class:`MlpConfig`, or ``""``."""
+    M, K = x2.shape
+    H, N = w1.shape[0], w2.shape[0]
+    out = torch.empty((M, N), device=x2.device, dtype=x2.dtype)
+    if M == 0 or N == 0:
+        return out
+    precision = input_precision(x2.dtype)  # fp32: TF32 only where torch's own matmuls would use it
+    p = _filled_config(x2, w1, w2, decode_config(config))
+    args = (x2, w1, b1, w2, b2, out, M, K, H, N, p.split,
+            x2.stride(0), x2.stride(1), w1.stride(0), w1.stride(1), b1.stride(0), w2.stride(0), w2.stride(1),
+            b2.stride(0), out.stride(0), out.stride(1))  # fmt: skip
+    constexprs = (("FINAL", final_activation), ("DOT_UPCAST", dot_upcast(x2.dtype)),
+                  ("INPUT_PRECISION", precision), ("BLOCK_M", p.block_m),
+                  ("BLOCK_H", p.block_h), ("BLOCK_N", p.block_n), ("BLOCK_K", p.block_k))  # fmt: skip
+    _launch_fwd((p.split * cdiv(M, p.block_m),), args, constexprs, p.num_warps, p.num_stages)
+    return out
+
+
 def fused_mlp(
     x: torch.Tensor,
     w1: torch.Tensor,
@@ -256,7 +305,8 @@ def fused_mlp(
     """``act(relu(x W1ᵀ + b1) W2ᵀ + b2)`` in one Triton kernel, the hidden activations never leaving the chip.
 
     Any strides; H ≤ :data:`MAX_HIDDEN`. Returns ``[..., N]`` in x's dtype. Forward only. ``config``: an
-    :class:`~kernels.configs.MlpConfig` whose set fields override the rule's (:func:`launch_params`).
+    :class:`~kernels.configs.MlpConfig` whose set fields override the rule's (:func:`launch_params`). The op
+    ``fused_kernels::fused_mlp`` (on x as rows).
     """
     _check(x, w1, b1, w2, b2, final_activation)
     if config is not None and not isinstance(config, MlpConfig):
@@ -265,30 +315,7 @@ def fused_mlp(
     # The kernel indexes rows in int64, everything else in int32: an operand too large for that is copied.
     x2, b1, b2 = int32_offsets(x2), int32_offsets(b1), int32_offsets(b2)
     w1, w2 = int32_offsets(w1, (0, 1)), int32_offsets(w2, (0, 1))
-    M, K = x2.shape
-    H, N = w1.shape[0], w2.shape[0]
-    out = torch.empty((M, N), device=x.device, dtype=x.dtype)
-    if M == 0 or N == 0:
-        return out.view(*x.shape[:-1], N)
-
-    precision = input_precision(x.dtype)  # fp32: TF32 only where torch's own matmuls would use it
-    tensor_cores = x.dtype != torch.float32 or precision == "tf32"
-    p = launch_params(M, K, H, N, x.dtype, tensor_cores, sm_count(x.device))
-    if config is not None:
-        p = config.filled(p)
-        if p.block_h < H:
-            raise ValueError(f"fused_mlp: config.block_h={p.block_h} does not cover the hidden width H={H}")
-        small = {f: getattr(p, f) for f in ("block_m", "block_h", "block_n", "block_k") if getattr(p, f) < 16}
-        if small:
-            raise ValueError(f"fused_mlp: config {small} below 16: every side of a tl.dot tile must be >= 16")
-        if p.block_m * p.block_h > MAX_TILE_ELEMENTS:
-            raise ValueError(f"fused_mlp: config block_m * block_h = {p.block_m * p.block_h} is above "
-                             f"Triton's {MAX_TILE_ELEMENTS} elements per block")  # fmt: skip
-    args = (x2, w1, b1, w2, b2, out, M, K, H, N, p.split,
-            x2.stride(0), x2.stride(1), w1.stride(0), w1.stride(1), b1.stride(0), w2.stride(0), w2.stride(1),
-            b2.stride(0), out.stride(0), out.stride(1))  # fmt: skip
-    constexprs = (("FINAL", final_activation), ("DOT_UPCAST", dot_upcast(x.dtype)),
-                  ("INPUT_PRECISION", precision), ("BLOCK_M", p.block_m),
-                  ("BLOCK_H", p.block_h), ("BLOCK_N", p.block_n), ("BLOCK_K", p.block_k))  # fmt: skip
-    _launch_fwd((p.split * cdiv(M, p.block_m),), args, constexprs, p.num_warps, p.num_stages)
-    return out.view(*x.shape[:-1], N)
+    if config is not None and x2.shape[0] > 0 and w2.shape[0] > 0:
+        _filled_config(x2, w1, w2, config)  # a config that cannot run raises here, before the op
+    out = _fused_mlp_op(x2, w1, b1, w2, b2, final_activation, encode_config(config))
+    return out.view(*x.shape[:-1], w2.shape[0])

@@ -57,6 +57,7 @@ from kernels.launch import (
     int32_offsets,
     next_pow2,
 )
+from kernels.library import custom_op
 
 __all__ = ["DEBUG_ENV", "MultiLoRAMeta", "build_meta", "debug_checks", "meta_blocks"]
 
@@ -165,7 +166,7 @@ def build_meta(adapter_ids: torch.Tensor, num_adapters: int, validate: bool | No
         raise TypeError(f"build_meta: adapter_ids has dtype {adapter_ids.dtype}; use int32 or int64")
     if not isinstance(num_adapters, int) or num_adapters < 1:
         raise ValueError(f"build_meta: num_adapters={num_adapters!r} must be an int ≥ 1")
-    L, device = num_adapters, adapter_ids.device
+    L = num_adapters
     block_t, block_l, blocks = meta_blocks(adapter_ids.shape[0], L)
     if max(block_t, next_pow2(blocks)) * block_l > MAX_TILE_ELEMENTS:
         raise ValueError(
@@ -173,11 +174,41 @@ def build_meta(adapter_ids: torch.Tensor, num_adapters: int, validate: bool | No
             f"grouping (its [{max(block_t, next_pow2(blocks))}, {block_l}] tiles exceed Triton's "
             f"{MAX_TILE_ELEMENTS} elements per block)"
         )
+    check_device("build_meta", "adapter_ids", adapter_ids, adapter_ids)
+    buf = _build_meta_op(adapter_ids, L, validate)
+    T = adapter_ids.shape[0]
+    hist_size = blocks * block_l if blocks > 1 else 0
+    order, counts, starts, active, num_active, _ = buf.split((T, L, L + 1, L, 1, hist_size))
+    return MultiLoRAMeta(
+        num_tokens=T,
+        num_adapters=L,
+        sorted_tokens=order,
+        counts=counts,
+        starts=starts,
+        active=active,
+        num_active=num_active,
+    )
+
+
+# ---- the op (kernels.library): fused_kernels::build_meta, one int32 buffer the wrapper splits ----------
+def _fake_buffer(adapter_ids, num_adapters, validate):
+    T, L = adapter_ids.shape[0], num_adapters
+    _, block_l, blocks = meta_blocks(T, L)
+    return adapter_ids.new_empty(T + 3 * L + 2 + (blocks * block_l if blocks > 1 else 0), dtype=torch.int32)
+
+
+@custom_op(
+    "build_meta", "(Tensor adapter_ids, int num_adapters, bool? validate) -> Tensor", fake=_fake_buffer
+)
+def _build_meta_op(adapter_ids, num_adapters, validate):
+    """``[sorted_tokens | counts | starts | active | num_active | histograms]`` int32 in one buffer. The id
+    check reads values, so it runs here (at run time, also under torch.compile), with the capture test."""
+    L, device = num_adapters, adapter_ids.device
+    block_t, block_l, blocks = meta_blocks(adapter_ids.shape[0], L)
     if validate is None:
         validate = device.type == "cpu" or (debug_checks() and not torch.cuda.is_current_stream_capturing())
     if validate:
         _check_ids(adapter_ids, L)
-    check_device("build_meta", "adapter_ids", adapter_ids, adapter_ids)
     adapter_ids = int32_offsets(adapter_ids, (0,))  # the kernels index tokens in int32
     T = adapter_ids.shape[0]
     hist_size = blocks * block_l if blocks > 1 else 0
@@ -195,12 +226,4 @@ def build_meta(adapter_ids: torch.Tensor, num_adapters: int, validate: bool | No
         args = (adapter_ids, hist if blocks > 1 else counts, order, counts, starts, active, num_active,
                 stride, T, L, blocks)  # fmt: skip
         _launch_group((blocks,), args, constexprs, 4, 1)
-    return MultiLoRAMeta(
-        num_tokens=T,
-        num_adapters=L,
-        sorted_tokens=order,
-        counts=counts,
-        starts=starts,
-        active=active,
-        num_active=num_active,
-    )
+    return buf

@@ -81,6 +81,7 @@ from kernels.launch import (
     int32_offsets,
     sm_count,
 )
+from kernels.library import custom_op, decode_config, encode_config
 from kernels.multi_lora.metadata import MultiLoRAMeta, build_meta
 from kernels.runtime import dot_upcast, interpreting
 
@@ -548,13 +549,29 @@ def _check(y, x, slices, adapter_ids, scale) -> tuple[int, int, tuple[int, ...],
         check_device(FN, "scale", scale, x)
     elif not isinstance(scale, numbers.Real):
         raise TypeError(f"{FN}: scale must be a float or an [L] tensor, got {type(scale).__name__}")
-    # y is written in place: no two of its elements may share memory, and none with what the kernels read.
-    reads = {"x": x, "adapter_ids": adapter_ids, "scale": scale if isinstance(scale, torch.Tensor) else None}
+    check_int32_offsets(FN, "y", y, (1,))  # columns are indexed in int32 (tokens in int64)
+    return T, K, tuple(widths), R, L
+
+
+def _check_written(y, x, slices, adapter_ids, scale) -> None:
+    """Addresses (inside the op, where they exist also under torch.compile): y is written in place, so no
+    two of its elements may share memory, and none with what the kernels read."""
+    reads = {"x": x, "adapter_ids": adapter_ids, "scale": scale}
     for i, (a, b) in enumerate(slices):
         reads |= {f"lora_a[{i}]": a, f"lora_b[{i}]": b} if len(slices) > 1 else {"lora_a": a, "lora_b": b}
     check_output(FN, "y", y, reads)
-    check_int32_offsets(FN, "y", y, (1,))  # columns are indexed in int32 (tokens in int64)
-    return T, K, tuple(widths), R, L
+
+
+def _encode_configs(configs: dict[str, BranchConfig] | None) -> str:
+    """``{"shrink": BranchConfig(...), …}`` → ``"shrink=<encode_config>;…"`` (an op argument); ``""``."""
+    return ";".join(f"{kernel}={encode_config(c)}" for kernel, c in (configs or {}).items())
+
+
+@functools.lru_cache(maxsize=64)
+def _decode_configs(text: str) -> dict[str, BranchConfig] | None:
+    if not text:
+        return None
+    return {kernel: decode_config(c) for kernel, _, c in (part.partition("=") for part in text.split(";"))}
 
 
 def add_multi_lora(
@@ -599,8 +616,35 @@ def add_multi_lora(
                          f"{meta.device}; this call has {T}, {L} on {x.device}")  # fmt: skip
     if T == 0:
         return y
-    scale_tensor = isinstance(scale, torch.Tensor)
-    table, sliced = _slice_table(slices, x.device) if len(slices) > 1 else (meta.counts, 0)  # (unused if 0)
+    scale_t, scale_f = (scale, 1.0) if isinstance(scale, torch.Tensor) else (None, float(scale))
+    _add_multi_lora_op(
+        y, x, [a for a, _ in slices], [b for _, b in slices], adapter_ids, meta.counts, meta.sorted_tokens,
+        scale_t, scale_f, deterministic, path or "", _encode_configs(configs),
+    )  # fmt: skip
+    return y
+
+
+# ---- the op (kernels.library): fused_kernels::add_multi_lora, in place in y (serving: no autograd) -------
+@custom_op(
+    "add_multi_lora",
+    "(Tensor(a!) y, Tensor x, Tensor[] lora_a, Tensor[] lora_b, Tensor adapter_ids, Tensor counts, "
+    "Tensor sorted_tokens, Tensor? scale_tensor, float scale, bool deterministic, str path, "
+    "str configs) -> ()",
+    mutates_args=("y",),
+)
+def _add_multi_lora_op(
+    y, x, lora_a, lora_b, adapter_ids, counts, sorted_tokens, scale_t, scale, deterministic, path, configs
+):
+    """The launches of :func:`add_multi_lora` on checked arguments (slices as two lists; ``meta`` as its
+    ``counts`` and ``sorted_tokens``; a scale tensor or a float; ``path`` ``""`` = the default; ``configs``
+    as :func:`_encode_configs` writes them)."""
+    slices = list(zip(lora_a, lora_b, strict=True))
+    _check_written(y, x, slices, adapter_ids, scale_t)
+    T, K = x.shape
+    widths, (L, R) = tuple(b.shape[1] for b in lora_b), lora_a[0].shape[:2]
+    scale_tensor = scale_t is not None
+    path, configs = path or None, _decode_configs(configs)
+    table, sliced = _slice_table(slices, x.device) if len(slices) > 1 else (counts, 0)  # (unused if 0)
     args = (T, K, widths, R, L, x.dtype, x.device, path)
     flags = (sliced, scale_tensor, deterministic)
     if configs:
@@ -609,9 +653,9 @@ def add_multi_lora(
     else:
         launches = _cached(*args, *flags)
     a, b = slices[0]
-    scale_ptr, scale_f = (scale, 1.0) if scale_tensor else (meta.counts, float(scale))
+    scale_ptr, scale_f = (scale_t, 1.0) if scale_tensor else (counts, scale)
     ab = (*a.stride(), *b.stride())
-    counts, order = meta.counts, meta.sorted_tokens
+    order = sorted_tokens
     if len(launches) == 1:
         f = launches[0]
         _launch_fused(
@@ -620,7 +664,7 @@ def add_multi_lora(
              x.stride(0), x.stride(1), y.stride(0), y.stride(1), *ab),
             f.constexprs, f.warps, f.stages,
         )  # fmt: skip
-        return y
+        return
     s, e = launches
     S = len(slices)
     if s.constexprs[1][1]:  # atomic split-K: one zeroed buffer
@@ -640,4 +684,3 @@ def add_multi_lora(
          y.stride(0), y.stride(1), *ab, *ps),
         e.constexprs, e.warps, e.stages,
     )  # fmt: skip
-    return y

@@ -72,6 +72,7 @@ from kernels.launch import (
     row_groups,
     sm_count,
 )
+from kernels.library import custom_op
 from kernels.runtime import autotune_configs
 
 ACTIVATIONS = ("relu", "sigmoid", "gelu_tanh", "silu")
@@ -238,7 +239,7 @@ def _backward(grad, x, bias, y, alpha: float, activation: str):
     grad_x = torch.empty((M, N), device=x.device, dtype=x.dtype)
     grad_y = torch.empty((M, N), device=x.device, dtype=x.dtype)
     if M == 0 or N == 0:
-        return grad_x.view(x.shape), torch.zeros_like(bias), grad_y.view(x.shape)
+        return grad_x.view(x.shape), bias.new_zeros(bias.shape), grad_y.view(x.shape)
     G, rows_per_group = row_groups(M)
     partial = torch.empty((G, N), device=x.device, dtype=torch.float32)
     args = (g2, x2, bias, y2, grad_x, grad_y, partial, M, N, float(alpha), rows_per_group, g2.stride(0),
@@ -248,32 +249,54 @@ def _backward(grad, x, bias, y, alpha: float, activation: str):
     return grad_x.view(x.shape), reduce_partials(partial, bias.dtype), grad_y.view(x.shape)
 
 
-class _AddMulAct(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, bias, y, alpha: float, activation: str):
-        ctx.save_for_backward(x, bias, y)  # inputs only: z and act'(z) are recomputed
-        ctx.alpha, ctx.activation = alpha, activation
-        return _forward(x, bias, y, alpha, activation)
+# ---- the op (kernels.library): fused_kernels::add_mul_act and its backward --------------------------------
+def _fake_forward(x, bias, y, alpha, activation):
+    return torch.empty(x.shape, device=x.device, dtype=x.dtype)
 
-    @staticmethod
-    def backward(ctx, grad):
-        x, bias, y = ctx.saved_tensors
-        grad_x, grad_bias, grad_y = _backward(grad, x, bias, y, ctx.alpha, ctx.activation)
-        need_x, need_bias, need_y = ctx.needs_input_grad[:3]
-        return (
-            (grad_x if need_x else None),
-            (grad_bias if need_bias else None),
-            (grad_y if need_y else None),
-            None,
-            None,
-        )
+
+def _fake_backward(grad, x, bias, y, alpha, activation):
+    return (torch.empty(x.shape, device=x.device, dtype=x.dtype), bias.new_empty(bias.shape),
+            torch.empty(x.shape, device=x.device, dtype=x.dtype))  # fmt: skip
+
+
+_forward_op = custom_op(
+    "add_mul_act",
+    "(Tensor x, Tensor bias, Tensor y, float alpha, str activation) -> Tensor",
+    fake=_fake_forward,
+)(_forward)
+_backward_op = custom_op(
+    "add_mul_act_backward",
+    "(Tensor grad, Tensor x, Tensor bias, Tensor y, float alpha, str activation) -> (Tensor, Tensor, Tensor)",
+    fake=_fake_backward,
+)(_backward)
+
+
+def _setup_context(ctx, inputs, output):
+    x, bias, y, alpha, activation = inputs
+    ctx.save_for_backward(x, bias, y)  # inputs only: z and act'(z) are recomputed
+    ctx.alpha, ctx.activation = alpha, activation
+
+
+def _autograd_backward(ctx, grad):
+    x, bias, y = ctx.saved_tensors
+    grad_x, grad_bias, grad_y = _backward_op(grad, x, bias, y, ctx.alpha, ctx.activation)
+    need_x, need_bias, need_y = ctx.needs_input_grad[:3]
+    return (
+        (grad_x if need_x else None),
+        (grad_bias if need_bias else None),
+        (grad_y if need_y else None),
+        None,
+        None,
+    )
+
+
+_forward_op.register_autograd(_autograd_backward, setup_context=_setup_context)
 
 
 def add_mul_act(
     x: torch.Tensor, bias: torch.Tensor, y: torch.Tensor, alpha: float = 1.0, activation: str = "relu"
 ) -> torch.Tensor:
-    """``act(x + bias + alpha·y)`` in one fused Triton kernel; differentiable in x, bias and y."""
-    _check(x, bias, y, alpha, activation)  # before .requires_grad: a clear error for a non-tensor
-    if torch.is_grad_enabled() and (x.requires_grad or bias.requires_grad or y.requires_grad):
-        return _AddMulAct.apply(x, bias, y, float(alpha), activation)
-    return _forward(x, bias, y, float(alpha), activation)  # inference: skip autograd's bookkeeping
+    """``act(x + bias + alpha·y)`` in one fused Triton kernel; differentiable in x, bias and y. The op
+    ``fused_kernels::add_mul_act``."""
+    _check(x, bias, y, alpha, activation)
+    return _forward_op(x, bias, y, float(alpha), activation)

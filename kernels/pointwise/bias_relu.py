@@ -69,6 +69,7 @@ from kernels.launch import (
     row_groups,
     sm_count,
 )
+from kernels.library import custom_op
 from kernels.runtime import autotune_configs
 
 
@@ -157,23 +158,23 @@ def _check(x: torch.Tensor, bias: torch.Tensor, out: torch.Tensor | None) -> Non
             raise ValueError(f"bias_relu: out has shape {tuple(out.shape)}, expected {tuple(x.shape)}")
         check_dtype("bias_relu", "out", out, x)
         check_device("bias_relu", "out", out, x)
-        # Written in place: no element may share memory with another, nor with bias; with x only if out *is*
-        # x (in place: each element is read, then written, by the same program).
-        name = "out" if out is not x else "x"
-        check_output("bias_relu", name, out, {"x": x, "bias": bias}, in_place=("x",))
 
 
-def _forward(x: torch.Tensor, bias: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
-    """Launch the forward. ``out`` may be ``None`` (allocate), a buffer, or ``x`` itself (in place)."""
-    _check(x, bias, out)
-    inplace = out is not None and out.data_ptr() == x.data_ptr()  # the same view: check_output made sure
-    if out is None:
-        out = torch.empty(x.shape, device=x.device, dtype=x.dtype)
+def _check_written(x: torch.Tensor, bias: torch.Tensor, out: torch.Tensor) -> None:
+    """Addresses (inside the ops, where they exist also under torch.compile): no element of ``out`` may share
+    memory with another, nor with bias; with x only if out *is* x (in place: each element is read, then
+    written, by the same program)."""
+    check_output("bias_relu", "out" if out is not x else "x", out, {"x": x, "bias": bias}, in_place=("x",))
+
+
+def _forward(x: torch.Tensor, bias: torch.Tensor, out: torch.Tensor) -> None:
+    """Launch the forward into ``out``: a new tensor, a buffer, or ``x`` itself (in place). Checked before."""
+    inplace = out.data_ptr() == x.data_ptr()  # the same view: check_output made sure
     x2 = as_rows(x, "x", need_view=inplace)
     o2 = as_rows(out, "out", need_view=True)
     M, N = x2.shape
     if M == 0 or N == 0:
-        return out
+        return
     # Column offsets are int32 in the kernel: a copy of an input, an error for what is written in place.
     check_int32_offsets("bias_relu", "x" if inplace else "out", o2)
     x2 = o2 if inplace else int32_offsets(x2)
@@ -183,11 +184,10 @@ def _forward(x: torch.Tensor, bias: torch.Tensor, out: torch.Tensor | None) -> t
     args = (x2, bias, o2, M, N, x2.stride(0), x2.stride(1), bias.stride(0), o2.stride(0), o2.stride(1))
     grid = (cdiv(M, block_m) * cdiv(N, block_n),)
     _launch_fwd(grid, args, (("BLOCK_M", block_m), ("BLOCK_N", block_n)), 4, 3)
-    return out
 
 
 def _backward(grad: torch.Tensor, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """grad_x = grad·[out > 0] (shape of out), grad_bias = Σ_rows grad_x."""
+    """grad_x = grad·[out > 0] (shape of out, contiguous), grad_bias = Σ_rows grad_x ([N])."""
     grad = grad.to(out.dtype)
     g2, o2 = int32_offsets(as_rows(grad, "grad")), int32_offsets(as_rows(out, "out"))
     M, N = o2.shape
@@ -202,20 +202,68 @@ def _backward(grad: torch.Tensor, out: torch.Tensor) -> tuple[torch.Tensor, torc
     return grad_x.view(out.shape), reduce_partials(partial, out.dtype)
 
 
-class _BiasReLU(torch.autograd.Function):
+# ---- the ops (kernels.library): fused_kernels::bias_relu, its backward, and the two writing variants -----
+def _fake_out(x, bias):
+    return torch.empty(x.shape, device=x.device, dtype=x.dtype)
+
+
+@custom_op("bias_relu", "(Tensor x, Tensor bias) -> Tensor", fake=_fake_out)
+def _bias_relu_op(x, bias):
+    out = torch.empty(x.shape, device=x.device, dtype=x.dtype)
+    _forward(x, bias, out)
+    return out
+
+
+def _fake_backward(grad, out):
+    return torch.empty(out.shape, device=out.device, dtype=out.dtype), out.new_empty(out.shape[-1])
+
+
+_backward_op = custom_op(
+    "bias_relu_backward", "(Tensor grad, Tensor out) -> (Tensor, Tensor)", fake=_fake_backward
+)(_backward)
+
+
+def _setup_context(ctx, inputs, output):
+    ctx.save_for_backward(output)  # the output carries the ReLU mask (see the module docstring)
+
+
+def _autograd_backward(ctx, grad):
+    (out,) = ctx.saved_tensors
+    grad_x, grad_bias = _backward_op(grad, out)
+    return grad_x, (grad_bias if ctx.needs_input_grad[1] else None)
+
+
+_bias_relu_op.register_autograd(_autograd_backward, setup_context=_setup_context)
+
+
+@custom_op("bias_relu_", "(Tensor(a!) x, Tensor bias) -> ()", mutates_args=("x",))
+def _bias_relu_inplace_op(x, bias):
+    _check_written(x, bias, x)
+    _forward(x, bias, x)
+
+
+@custom_op("bias_relu_out", "(Tensor x, Tensor bias, Tensor(a!) out) -> ()", mutates_args=("out",))
+def _bias_relu_out_op(x, bias, out):
+    _check_written(x, bias, out)
+    _forward(x, bias, out)
+
+
+class _BiasReLUInPlace(torch.autograd.Function):
+    """In place with autograd (``inplace=True`` on an input that requires grad): an op that mutates cannot
+    carry an autograd formula, so this Function marks x dirty around the in-place op."""
+
     @staticmethod
-    def forward(ctx, x: torch.Tensor, bias: torch.Tensor, inplace: bool) -> torch.Tensor:
-        out = _forward(x, bias, x if inplace else None)
-        if inplace:
-            ctx.mark_dirty(x)
-        ctx.save_for_backward(out)  # the output carries the ReLU mask (see the module docstring)
-        return out
+    def forward(ctx, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        _bias_relu_inplace_op(x, bias)
+        ctx.mark_dirty(x)
+        ctx.save_for_backward(x)
+        return x
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         (out,) = ctx.saved_tensors
-        grad_x, grad_bias = _backward(grad, out)
-        return grad_x, (grad_bias if ctx.needs_input_grad[1] else None), None
+        grad_x, grad_bias = _backward_op(grad, out)
+        return grad_x, (grad_bias if ctx.needs_input_grad[1] else None)
 
 
 def bias_relu(
@@ -224,13 +272,21 @@ def bias_relu(
     """``relu(x + bias)`` over the last dim of ``x``, one fused Triton kernel (differentiable).
 
     ``out=``: write into this buffer (no autograd, as with torch's ``out=`` ops). ``inplace=True``: write into
-    ``x`` and return it.
+    ``x`` and return it. The op ``fused_kernels::bias_relu`` (``bias_relu_`` in place, ``bias_relu_out``).
     """
     if out is not None and inplace:
         raise ValueError("bias_relu: pass either out= or inplace=True, not both")
     _check_tensors(x, bias, out)
-    if torch.is_grad_enabled() and (x.requires_grad or bias.requires_grad):
-        if out is not None:
-            raise RuntimeError("bias_relu: out= does not support autograd (inputs require grad)")
-        return _BiasReLU.apply(x, bias, inplace)
-    return _forward(x, bias, x if inplace else out)
+    grad = torch.is_grad_enabled() and (x.requires_grad or bias.requires_grad)
+    if grad and out is not None:
+        raise RuntimeError("bias_relu: out= does not support autograd (inputs require grad)")
+    _check(x, bias, x if inplace else out)
+    if inplace:
+        if grad:
+            return _BiasReLUInPlace.apply(x, bias)
+        _bias_relu_inplace_op(x, bias)
+        return x
+    if out is not None:
+        _bias_relu_out_op(x, bias, out)
+        return out
+    return _bias_relu_op(x, bias)
