@@ -56,7 +56,7 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    # The PEFT drop-in imports peft, an optional dependency: only when its names are asked for.
+    # The PEFT drop-in imports peft (and transformers: seconds): only when its names are asked for.
     if name in ("use_fused_kernels", "use_peft_forward"):
         from lecture_code.lora import peft_kernels
 

@@ -1,8 +1,6 @@
 """LoRALinear against PEFT's LoRA (forward, dX, dA, dB, scale, init range, merge).
 
-PEFT is not a dependency of this repository: it is an optional comparison peer, installed on the GPU
-machine (peft 0.21) and not on the CPU CI. So this module skips, with that reason, where ``import peft``
-fails; everything else about LoRALinear is tested without it (test_lora_linear.py).
+peft is in requirements.txt (the GPU image has peft 0.21): a missing peft fails here, never skips.
 
 Like for like: ``get_peft_model`` by default (``autocast_adapter_dtype=True``) stores the adapter of a
 bf16/fp16 layer in fp32 and computes the branch in fp32; LoRALinear keeps A and B in the layer's dtype (the
@@ -14,6 +12,7 @@ from __future__ import annotations
 import copy
 import math
 
+import peft
 import pytest
 import torch
 from lora_test_helpers import assert_close
@@ -21,10 +20,6 @@ from torch import nn
 
 from kernels import runtime
 from lecture_code.lora import apply_lora, lora_modules, merge_lora
-
-peft = pytest.importorskip(
-    "peft", reason="peft is an optional comparison peer (installed on the GPU machine)"
-)
 
 pytestmark = pytest.mark.filterwarnings("ignore:lora_linear. general path:RuntimeWarning")
 

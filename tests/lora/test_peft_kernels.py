@@ -2,9 +2,7 @@
 on PEFT's eager path — outputs and every gradient; state dict, save/load, merge, several named adapters; the
 layers the kernel cannot take stay on PEFT's path and are listed once.
 
-PEFT is optional here (not in requirements.txt: peft and the packages it pulls in, transformers among them,
-took 71 s to install on a 2-core CPU machine, more than CI's setup budget allows). Where it is not installed
-this module skips, saying so; the GPU image has peft 0.21.
+peft is in requirements.txt (the GPU image has peft 0.21): a missing peft fails here, never skips.
 """
 
 from __future__ import annotations
@@ -12,19 +10,14 @@ from __future__ import annotations
 import copy
 import warnings
 
+import peft
 import pytest
 import torch
 from torch import nn
 
 from kernels import runtime
-
-peft = pytest.importorskip(
-    "peft",
-    reason="peft is not installed (optional, not in requirements.txt: pip install 'peft>=0.21,<0.22')",
-)
-
-from lecture_code.lora import peft_kernels, use_fused_kernels, use_peft_forward  # noqa: E402  (needs peft)
-from lecture_code.lora.peft_kernels import FusedLoraLinear  # noqa: E402
+from lecture_code.lora import peft_kernels, use_fused_kernels, use_peft_forward
+from lecture_code.lora.peft_kernels import FusedLoraLinear
 
 pytestmark = pytest.mark.filterwarnings("ignore:lora_linear. general path:RuntimeWarning")
 
