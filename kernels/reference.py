@@ -67,6 +67,20 @@ def lora_linear(
     return torch.nn.functional.linear(x, weight, bias) + scale * ((x @ lora_a.t()) @ lora_b.t())
 
 
+def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a @ b``: a ``[M, K]``, b ``[K, N]`` → ``[M, N]`` (``torch.mm``, cuBLAS on a GPU); the GEMM steps'
+    reference. Tests call it on float64 copies for the exact answer."""
+    return torch.mm(a, b)
+
+
+def matmul_lowrank(
+    a: torch.Tensor, b: torch.Tensor, lora_a: torch.Tensor, lora_b: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """``a @ b + s·(a Aᵀ) Bᵀ``: a ``[M, K]``, b ``[K, N]``, lora_a (A) ``[r, K]``, lora_b (B) ``[N, r]`` →
+    ``[M, N]``; :func:`lora_linear` without a bias, b standing for Wᵀ. Eager PyTorch in the input dtype."""
+    return torch.mm(a, b) + scale * ((a @ lora_a.t()) @ lora_b.t())
+
+
 class _LoRAUnslothOrder(torch.autograd.Function):
     """The best plain-PyTorch order (after unsloth's ``LoRA_MLP``): base GEMM, then
     ``out.addmm_(t, Bᵀ, alpha=s)`` in place; hand-written backward ``dX = dY W + s (dY B) A``,
