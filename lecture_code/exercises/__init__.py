@@ -5,6 +5,8 @@
 - :mod:`.guards`: buffers with a guard region, to catch reads and writes past a tensor's end (a missing mask).
 - Notebook 04: :mod:`.bias_gelu` (``check_bias_gelu``: bias + GELU in Triton, the tail masked).
 - Notebook 05: :mod:`.sgd_rows` (``check_sgd_rows``: exact SGD on the touched rows, repeated ids summed).
+- The GEMM notebook: :mod:`.linear_relu` (``check_linear_relu``: bias + ReLU in a GEMM's epilogue; the
+  learner's skeleton in :mod:`.skeletons`).
 - Notebook 06: :mod:`.lora_linear` (``check_lora_linear``: the whole hand-written backward) and
   :mod:`.lora_da` (``check_lora_da``: dA alone).
 - Notebook 07: :mod:`.multi_lora_expand` (``check_multi_lora_expand``: the multi-LoRA expand, rows with
@@ -18,6 +20,7 @@ A new exercise follows the same pattern: a module with its cases and a ``check_*
 
 from lecture_code.exercises.bias_gelu import check_bias_gelu
 from lecture_code.exercises.checker import Report
+from lecture_code.exercises.linear_relu import check_linear_relu
 from lecture_code.exercises.lora_da import check_lora_da
 from lecture_code.exercises.lora_linear import check_lora_linear
 from lecture_code.exercises.multi_lora_expand import check_multi_lora_expand
@@ -26,6 +29,7 @@ from lecture_code.exercises.sgd_rows import check_sgd_rows
 __all__ = [
     "Report",
     "check_bias_gelu",
+    "check_linear_relu",
     "check_lora_da",
     "check_lora_linear",
     "check_multi_lora_expand",

@@ -3,14 +3,17 @@
 - :mod:`.bias_gelu`: ``bias_gelu(x, bias, out)``, a Triton kernel with the row's tail masked (notebook 04);
 - :mod:`.sgd_rows`: ``sgd_rows(weight, ids, grad, lr)``, exact SGD on the touched rows in torch ops
   (notebook 05);
+- :mod:`.linear_relu`: ``linear_relu(x, weight, bias, out)``, a tiled GEMM with bias + ReLU in its epilogue
+  (the GEMM notebook);
 - :mod:`.lora_da`: ``lora_da(dy, x, lora_b, scale)``, LoRA's dA in torch ops (notebook 06);
 - :mod:`.multi_lora_expand`: ``multi_lora_expand(y, t, lora_b, adapter_ids)``, a Triton kernel that skips
   rows with id −1 and masks the column tail (notebook 07).
 """
 
 from lecture_code.exercises.solutions.bias_gelu import bias_gelu
+from lecture_code.exercises.solutions.linear_relu import linear_relu
 from lecture_code.exercises.solutions.lora_da import lora_da
 from lecture_code.exercises.solutions.multi_lora_expand import multi_lora_expand
 from lecture_code.exercises.solutions.sgd_rows import sgd_rows
 
-__all__ = ["bias_gelu", "lora_da", "multi_lora_expand", "sgd_rows"]
+__all__ = ["bias_gelu", "linear_relu", "lora_da", "multi_lora_expand", "sgd_rows"]
