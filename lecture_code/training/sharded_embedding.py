@@ -165,7 +165,7 @@ class ShardedEmbedding(nn.Module):
         lengths = torch.bincount(bag, minlength=B * len(self.plan.shards))
         order = torch.argsort(owner, stable=True)
         send_ids = (row - self.shard_starts[shard])[order]
-        first = bad.to(torch.int8).argmax() if flat.numel() else torch.zeros((), dtype=torch.int64)
+        first = bad.int().argmax() if flat.numel() else torch.zeros((), dtype=torch.int64)
         problem = torch.stack([bad.any().long(), feature[first], flat[first]]) if flat.numel() else None
         header = torch.zeros(W, HEADER, dtype=torch.int64, device=flat.device)
         header[:, 0] = torch.bincount(owner, minlength=W)

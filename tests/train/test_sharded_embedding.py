@@ -16,8 +16,9 @@ import torch
 import torch.distributed as dist
 
 from kernels.dlrm.embedding_tbe import TableBatchedEmbedding
+from lecture_code.model.hashing import BatchedModulusHash
 from lecture_code.training.launch import spawn
-from lecture_code.training.sharded_embedding import ShardedEmbedding
+from lecture_code.training.sharded_embedding import ShardedEmbedding, ShardedSparseArch
 from lecture_code.training.sharding_plan import ROW_WISE, TABLE_WISE, plan_sharding
 
 TABLES, D, L, STEPS, LR = (6, 40, 3, 200, 17), 4, 2, 3, 0.1
@@ -42,6 +43,11 @@ def _batches(world: int):
     return steps
 
 
+def _other_tables() -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(9)
+    return [torch.randn(n, D, generator=gen) for n in TABLES]
+
+
 def _full_tables(optimizer: str) -> TableBatchedEmbedding:
     torch.manual_seed(0)
     return TableBatchedEmbedding(TABLES, D, optimizer=optimizer, lr=LR)
@@ -62,6 +68,10 @@ def _rank(world: int, optimizer: str):
             outs.append(out.detach().clone())
             (out * weight).sum().backward()  # the owners' rows are updated here
         gathered = sharded.gather_tables(dst=0)
+        # an unsharded state (a checkpoint's keys) loaded into the sharded sparse arch: each rank its rows
+        arch = ShardedSparseArch(plan, BatchedModulusHash(TABLES), optimizer=optimizer, lr=LR)
+        arch.load_state_dict({f"embeddings.{f}.weight": t for f, t in enumerate(_other_tables())})
+        reloaded = arch.gather_tables(dst=0)
         bad = _batches(world)[0][rank][0].clone()
         if rank == 1:
             bad[2, 2, 1] = TABLES[2]  # one past the end of table 2
@@ -70,7 +80,7 @@ def _rank(world: int, optimizer: str):
             error = None
         except IndexError as err:
             error = str(err)
-        return outs, gathered, error
+        return outs, gathered, error, reloaded
     finally:
         dist.destroy_process_group()
 
@@ -114,7 +124,14 @@ def test_sharded_lookups_and_updates_equal_the_unsharded_tables(sharded_run):
 
 def test_an_out_of_range_id_on_one_rank_fails_every_rank_with_the_reason(sharded_run):
     _, _, results = sharded_run
-    for rank, (_, _, error) in enumerate(results):
+    for rank, (_, _, error, _) in enumerate(results):
         assert error is not None, f"rank {rank} did not raise"
         assert f"rank 1 was given id {TABLES[2]} for feature 2" in error, error
         assert f"table of {TABLES[2]} rows" in error, error
+
+
+def test_an_unsharded_state_loads_resharded_and_gathers_back_unchanged(sharded_run):
+    _, _, results = sharded_run
+    tables, _ = results[0][3]
+    for f, (got, want) in enumerate(zip(tables, _other_tables(), strict=True)):
+        assert torch.equal(got, want), f"table {f}"
