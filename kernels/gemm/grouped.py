@@ -111,10 +111,10 @@ def tile_order(num_pid_m: int, num_pid_n: int, group_m: int | None) -> list[tupl
 
 def wave_footprint(
     M: int, N: int, K: int, tiles: Tiles, wave: int, grouped: bool, element_size: int = 2
-) -> dict[str, int]:
+) -> dict[str, float]:
     """The first ``wave`` tiles of an ``[M, N]`` product (row order, or grouped by ``tiles.group_m``): how
-    many distinct row blocks of A and column blocks of B they read, and those blocks' bytes over all of K
-    (the DRAM bytes of the wave if each block is fetched once and then found in L2), next to the bytes its
+    many distinct row blocks of A and column blocks of B they read, and those blocks' megabytes over all of K
+    (the DRAM traffic of the wave if each block is fetched once and then found in L2), next to what its
     tiles read without any reuse."""
     num_pid_m, num_pid_n = -(-M // tiles.block_m), -(-N // tiles.block_n)
     first = tile_order(num_pid_m, num_pid_n, tiles.group_m if grouped else None)[:wave]
@@ -123,6 +123,9 @@ def wave_footprint(
         "tiles": len(first),
         "A row blocks": len(rows),
         "B column blocks": len(cols),
-        "bytes, each block once": (len(rows) * tiles.block_m + len(cols) * tiles.block_n) * K * element_size,
-        "bytes, no reuse": len(first) * (tiles.block_m + tiles.block_n) * K * element_size,
+        "MB, each block once": (len(rows) * tiles.block_m + len(cols) * tiles.block_n)
+        * K
+        * element_size
+        / 1e6,
+        "MB, no reuse": len(first) * (tiles.block_m + tiles.block_n) * K * element_size / 1e6,
     }

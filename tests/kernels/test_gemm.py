@@ -143,7 +143,8 @@ def test_a_grouped_wave_reads_fewer_blocks():
     grouped = wave_footprint(8192, 8192, 8192, t, 132, grouped=True)
     assert rows["B column blocks"] == 32 and rows["A row blocks"] == 5  # all of B, 5 row blocks
     assert grouped["A row blocks"] == 8 and grouped["B column blocks"] == 17
-    assert grouped["bytes, each block once"] < rows["bytes, each block once"] < rows["bytes, no reuse"]
+    assert grouped["MB, each block once"] < rows["MB, each block once"] < rows["MB, no reuse"]
+    assert rows["MB, each block once"] == (5 * 128 + 32 * 256) * 8192 * 2 / 1e6
 
 
 def test_persistent_programs_counts():
