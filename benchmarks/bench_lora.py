@@ -1,6 +1,6 @@
 """Benchmark the LoRA linear ``y = x Wᵀ + s·(x Aᵀ) Bᵀ``: overhead over the frozen base linear, per provider.
 
-Reproduces the table of issue 10 (H100, bf16). Overhead = time of the LoRA linear / time of the frozen base
+Reproduces RESULTS.md's LoRA table (H100, bf16). Overhead = time of the LoRA linear / time of the frozen base
 linear on the same inputs − 1; ``fwd`` is the forward alone, ``fwd+bwd`` adds the backward with dX, dA, dB
 (base: ``F.linear`` forward and its dX, W frozen). Providers:
 
@@ -13,7 +13,7 @@ linear on the same inputs − 1; ``fwd`` is the forward alone, ``fwd+bwd`` adds 
 Columns: median device time (``lecture_code.bench.median_ms``: CUDA events, L2 flushed, host hidden), the
 overhead, the peak memory the call allocates beyond its inputs (MB), and the host µs per call.
 
-    python -m benchmarks.bench_lora               # GPU: the issue's four shapes
+    python -m benchmarks.bench_lora               # GPU: the four shapes of RESULTS.md's goals
     python -m benchmarks.bench_lora --quick       # tiny sizes (CPU: Triton runs in the interpreter)
     python -m benchmarks.bench_lora --results-dir benchmarks/results/tmp   # a trial run (git-ignored)
 

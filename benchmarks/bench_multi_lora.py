@@ -1,7 +1,7 @@
 """Benchmark multi-LoRA serving: ``y[t] += s · x[t] A[id]ᵀ B[id]ᵀ`` for a batch of tokens on many adapters.
 
-Reproduces the table of issue 11 (H100, bf16; 8 adapters, r = 16, K = N = 4096, one slice, T = 16 … 16384)
-and sweeps adapters, rank and slices around it. Providers (every one checked against
+Times the shapes of RESULTS.md's goals (H100, bf16; 8 adapters, r = 16, K = N = 4096, one slice,
+T = 16 … 16384) and sweeps adapters, rank and slices around it. Providers (every one checked against
 ``kernels.reference.multi_lora`` before it is timed):
 
 - ``ours`` (``kernels.multi_lora.shrink_expand.add_multi_lora``, default path and deterministic mode,
@@ -16,10 +16,10 @@ and sweeps adapters, rank and slices around it. Providers (every one checked aga
 
 Columns: median device time in µs (``lecture_code.bench.median_ms``: host hidden, L2 flushed), host µs per
 call, effective GB/s on the bytes that must move (x read, y read and written, the weights of adapters that
-have tokens) and that as % of the measured copy reference for the same bytes; the goal of the issue and
+have tokens) and that as % of the measured copy reference for the same bytes; RESULTS.md's goal and
 whether ``ours`` met it.
 
-    python -m benchmarks.bench_multi_lora            # GPU: the issue's table + the sweep
+    python -m benchmarks.bench_multi_lora            # GPU: the goals' table + the sweep
     python -m benchmarks.bench_multi_lora --quick    # tiny sizes (CPU: Triton runs in the interpreter)
     python -m benchmarks.bench_multi_lora --results-dir benchmarks/results/tmp   # a trial run (git-ignored)
 
@@ -41,7 +41,7 @@ from kernels.multi_lora.shrink_expand import add_multi_lora
 from lecture_code import bench as bu
 from lecture_code.results.goals import goals_for
 
-# (T, L, r, slice widths, K). The first four rows are the issue's table.
+# (T, L, r, slice widths, K). The first four rows are the shapes of RESULTS.md's goals.
 ISSUE = [(T, 8, 16, (4096,), 4096) for T in (16, 256, 4096, 16384)]
 SWEEP = [
     (256, 1, 16, (4096,), 4096),
@@ -58,7 +58,7 @@ SCALE = 2.0
 
 
 def issue_goals() -> dict[int, tuple[float | None, float | None]]:
-    """``{T: (µs bound, % of copy bound)}`` for the issue's rows, read from the one goals table
+    """``{T: (µs bound, % of copy bound)}`` for the goals' rows, read from the one goals table
     (:mod:`lecture_code.results.goals`: keys ``"T=16 µs"``, ``"T=4096 % copy"`` …); ``None``: no goal."""
     goals: dict[int, tuple[float | None, float | None]] = {}
     for goal in goals_for("multi_lora"):
@@ -207,10 +207,10 @@ def run_shape(T, L, r, widths, K, dtype, device, copy_cache: dict) -> tuple[list
 
 
 def plot(rows, path: Path, meta) -> None:
-    """The issue's sweep over T: µs per provider (left) and % of the copy reference (right)."""
+    """The goals' sweep over T: µs per provider (left) and % of the copy reference (right)."""
     from matplotlib.figure import Figure
 
-    first = rows[0]  # the issue's sweep over T comes first (8 adapters, r 16, one slice; quick: its own)
+    first = rows[0]  # the goals' sweep over T comes first (8 adapters, r 16, one slice; quick: its own)
     sel = [
         r
         for r in rows

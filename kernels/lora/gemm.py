@@ -18,10 +18,11 @@ D = Pᵀ·G     [Kr, r]           —                     dB = dYᵀ (s·t)
 
 FLOPs: 2·M·Kr·Nc (the base GEMM) + 2·M·Kr·r (the shrink) + 2·M·r·Nc (the expand). Bytes (element size s):
 P, Q and out once each, (M·Kr + Kr·Nc + M·Nc)·s, plus the small L, E, T. At M = 8192, K = N = 4096, r = 16,
-bf16: 275 GFLOP for the base, 2.2 more for LoRA (+0.8%); 96 MB moved, +0.3 MB for LoRA. Compute-bound: the
-floor is the base GEMM's time (≈ 370 µs at the H100's ≈ 740 TFLOP/s), so a fused LoRA forward can in
-principle cost within ~1% of the frozen base linear. What separates a kernel from that floor is how well the
-base GEMM itself runs, hence the Hopper habits here (shared/PLATFORM.md: they reached 0.98–1.06× cuBLAS):
+bf16: 275 GFLOP for the base, 2.2 more for LoRA (+0.8%); 168 MB (160 MiB) moved, +0.5 MB for LoRA (A and B
+0.13 MB each, T 0.26 MB). Compute-bound: the floor is the base GEMM's time (≈ 370 µs at the H100's ≈ 740
+TFLOP/s), so a fused LoRA forward can in principle cost within ~1% of the frozen base linear. What separates
+a kernel from that floor is how well the base GEMM itself runs, hence the Hopper habits here
+(shared/PLATFORM.md: they reached 0.98–1.06× cuBLAS):
 
 - **Tensor descriptors** (TMA): ``tl.make_tensor_descriptor`` for P, Q and out, so tiles arrive by the bulk
   copy engine and out-of-range rows and columns are zero-filled (loads) or dropped (stores) by the hardware.

@@ -4,11 +4,12 @@ Notation: x [M, K] tokens (N-D inputs are flattened to rows), frozen base weight
 adapter A [r, K], B [N, r], scale s = alpha / r. t = x Aᵀ [M, r] is the adapter's bottleneck.
 
 **Forward** ``y = x Wᵀ + b + s·t Bᵀ``. FLOPs: 2·M·K·N (base) + 2·M·r·(K + N) (LoRA: +0.8% at M = 8192,
-K = N = 4096, r = 16). Bytes (element size e): x, W, y once, (M·K + N·K + M·N)·e = 96 MB there in bf16. The
-base GEMM is compute-bound (≈ 370 µs at ≈ 740 TFLOP/s against ≈ 32 µs of bytes), so the floor of a LoRA
-forward is the base GEMM plus ≈ 1%: LoRA's bytes and FLOPs are noise *if* they ride along in the base GEMM.
-Eager PyTorch instead runs x Aᵀ (a pass over x), (·) Bᵀ (writes an M×N tensor), the scale (reads and writes
-it), the add (reads two, writes one): ≈ 5 extra M×N-sized passes, ≈ +40%.
+K = N = 4096, r = 16). Bytes (element size e): x, W, y once, (M·K + N·K + M·N)·e = 168 MB (160 MiB) there
+in bf16. The base GEMM is compute-bound (≈ 370 µs at ≈ 740 TFLOP/s against ≈ 55 µs for its bytes at ≈ 3 TB/s),
+so the floor of a LoRA forward is the base GEMM plus ≈ 1%: LoRA's bytes and FLOPs are noise *if* they ride
+along in the base GEMM. Eager PyTorch instead runs x Aᵀ (a pass over x), (·) Bᵀ (writes an M×N tensor), the
+scale (reads and writes it), the add (reads two, writes one): 7 extra M×N-sized passes (x is M×N-sized there,
+K = N), ≈ 470 MB, ≈ 155 µs at ≈ 3 TB/s: ≈ +40%.
 
 **Backward** (W and b frozen), with u = dY B [M, r]::
 
@@ -20,11 +21,11 @@ Saved: x (the frozen base linear saves it too) and s·t [M, r] (M·r·e bytes: 2
 B, W are parameters. Nothing is recomputed: t comes from the forward. Passes over dY: the dX GEMM reads dY.
 v3 (``"fused"``): producer programs of the same launch, on SMs of their own, stream dY's row blocks for
 s·u = s·dY B while the tiles run the GEMM, then (r ≤ 16) stream it once more, in column strips, for dB; their
-passes ride beside the GEMM (the launch: 375 µs against 371 without dB, cuBLAS's dY W 347, at the shape
-above). v2 (``"epilogue"``): s·u is its own pass, which for a large dY also computes dB
+passes ride beside the GEMM (the launch: 375 µs against 371 without dB, cuBLAS's dY W 347, at M = 8192,
+K = N = 4096, r = 16). v2 (``"epilogue"``): s·u is its own pass, which for a large dY also computes dB
 (:mod:`kernels.lora.skinny`: one read of dY for both); else dB reads dY once more (cuBLAS). dA reads x once
 (the base backward never reads x, so that pass is new work no fusion of the base GEMMs removes; cuBLAS,
-≈ 38 µs at the shape above). The v3 producers have no time left for it, measured (H100, 2026-11-24): dA in
+≈ 38 µs at that shape). The v3 producers have no time left for it, measured (H100, 2026-11-24): dA in
 column strips of x after their s·u pass took the launch from 366 to 433 µs, and dB summed during the s·u pass
 (one fp32 share per producer, read, added to and written back at every K step) to 539; a producer's SM
 streams ≈ 100 GB/s, as many bytes as its shared memory keeps in flight. So outside the dX launch v3 reads
@@ -40,8 +41,9 @@ has a fixed order (no atomics): the same bits every run.
 - ``v1`` cuBLAS's base output, then one Triton kernel for the branch (:mod:`kernels.lora.branch`: t on chip,
   ``y += s·t Bᵀ`` read-modify-write): floor ≈ +17% (y read and written again). Torch backward.
 - ``v2`` the expand ``s·t Bᵀ`` in the epilogue of a Hopper-grade base GEMM (:mod:`kernels.lora.gemm`), s·t
-  from a cuBLAS pass over x. Backward: s·u = s·dY B by cuBLAS, the dX GEMM adds s·u A in its epilogue
-  (``"epilogue"`` mode), dA and dB by cuBLAS.
+  from a pass of its own over x (cuBLAS, or :mod:`kernels.lora.skinny` for a large x). Backward: s·u = s·dY B
+  by cuBLAS (with dB, by :mod:`kernels.lora.skinny`, for a large dY), the dX GEMM adds s·u A in its epilogue
+  (``"epilogue"`` mode), dA (and dB otherwise) by cuBLAS.
 - ``v3`` the shrink fused too: producer programs of the same launch compute s·t on SMs of their own (one
   kernel for the whole forward; the dX GEMM's producers compute s·u likewise, then dB for r ≤ 16).
   **The default.**

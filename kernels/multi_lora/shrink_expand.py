@@ -9,8 +9,8 @@ scale per adapter [L]. *Slices* (Q, K, V; gate, up): sequences of stacks ``A_s``
 the *expand* ``y[t, cols_s] += s · t B_sᵀ``. FLOPs 2·T·r·(K + N): nothing for the tensor cores. Bytes that
 must move (element size e): x once (T·K·e), y read and written (2·T·N·e), the A and B of each adapter
 that has tokens once (r·(S·K + N)·e each). At T = 4096, K = N = 4096, r = 16, 8 adapters, bf16: 32 + 64
-+ 2 MB = 98 MB ≈ 33 µs at 3 TB/s; at T = 16 the weights dominate (2 MB, < 1 µs), so a decode call is
-bound by launches and host time, not bytes. A per-adapter loop pays L host syncs and ~5·L kernels;
++ 2 MiB = 98 MiB (103 MB) ≈ 34 µs at 3 TB/s; at T = 16 the weights dominate (2 MB, < 1 µs), so a decode call
+is bound by launches and host time, not bytes. A per-adapter loop pays L host syncs and ~5·L kernels;
 gather + bmm writes T copies of the weights (T·r·(K + N)·e: 67 MB at T = 256) and reads them back.
 
 **Grouping** (:mod:`kernels.multi_lora.metadata`): the tokens sorted by adapter, ``counts`` per adapter. A
@@ -29,7 +29,8 @@ L · ⌈T / BLOCK_M⌉ mostly-empty programs of a grid over (adapter, row block)
   tile so a small batch still fills the GPU; each recomputes t, re-reading x rows and A_l, mostly from
   L2). No atomics, no buffer, one launch; but each program's shrink is a serial loop over all of K, so
   the kernel is bound by that loop's latency: on the H100 it measured slower than the split path at every
-  benchmarked shape (``benchmarks/results/multi_lora/``), and is kept as the one-kernel alternative.
+  benchmarked shape in device time (``benchmarks/results/multi_lora/``; its host time per call is the lower
+  one, so in a loop without CUDA graphs it can be the faster call), and is kept as the one-kernel alternative.
 - ``"split"`` (shrink, then expand): the shrink splits K into ``split`` chunks (split-K: a decode batch of
   8 tiles × 32 chunks fills an H100) and writes fp32 partial sums ``part[k, s, pos, :]`` of ``x Aᵀ`` by
   sorted position; the expand sums the chunks in a fixed order (k = 0, 1, …), scales, rounds and adds
@@ -88,7 +89,8 @@ from kernels.runtime import dot_upcast, interpreting
 __all__ = ["DEFAULT_PATH", "MAX_RANK", "MultiLoRAPlan", "add_multi_lora", "multi_lora_rule", "plan"]
 
 MAX_RANK = 128  # the fp32 [BLOCK_M, r] tile of t lives in registers
-DEFAULT_PATH = "split"  # faster than "fused" at every shape bench_multi_lora measured on the H100
+# "split": faster than "fused" in device time at every shape bench_multi_lora measured on the H100
+DEFAULT_PATH = "split"
 _TBL = 10  # slice-table columns: a_ptr, b_ptr, column offset, width, A strides (l, r, k), B strides (l, n, r)
 FN = "add_multi_lora"
 # What both paths need of a GPU (kernels.gpu_features): pointer loads, tl.dot and (split-K, when not
@@ -328,7 +330,7 @@ def multi_lora_rule(
         bk, bn = (128 if bm <= 32 and block_r <= 32 else 64), 128
         want = max(1, cdiv(2 * num_sms, lanes * cdiv(per, bm) * S))
         return BranchConfig(bm, bn, bk, min(cdiv(N, bn), want), 8 if bm * bn >= 8192 else 4, 3)
-    # The split path, from a config sweep at the issue's shapes on the H100 (T = 16 … 4096, r = 16): 32-token
+    # The split path, from a config sweep at the goals' shapes on the H100 (T = 16 … 4096, r = 16): 32-token
     # tiles, about one shrink program per SM, an expand of one stage and 8 warps, 256 columns at decode sizes.
     bm = 32
     tiles = lanes * cdiv(per, bm) * S

@@ -21,10 +21,12 @@ interpreter). Which kernel of the ladder runs depends on the shape: :meth:`LoRAL
 and why.
 
 **Dropout.** PEFT applies ``lora_dropout`` to the branch's input only: the base sees x, the branch sees
-dropout(x). The fused kernel reads x once for both (that is the fusion), so it cannot apply dropout to
-one of them: ``backend="fused"`` with ``dropout > 0`` is refused at construction, with the way out in the
-message. PEFT's default ``lora_dropout`` is 0.0; configs copied from tutorials often set 0.05 or 0.1 — those
-train with ``backend="eager"``.
+dropout(x). The fused kernels take one x for both: v3's producer programs load it for the shrink on their
+own, v2 and v1 make a pass over it of their own, but none takes a second, dropped-out x or draws a dropout
+mask in the shrink's loads (and again for dA in the backward). So ``backend="fused"`` with ``dropout > 0`` is
+refused at construction, with the way out in the message (whose reason, "reads x once", is older than
+this paragraph: see :func:`_check_backend`). PEFT's default ``lora_dropout`` is 0.0; configs copied from
+tutorials often set 0.05 or 0.1 — those train with ``backend="eager"``.
 
 **Merging.** :meth:`merge` adds s·B A into W (one forward GEMM instead of three, for inference),
 :meth:`unmerge` subtracts it again; while merged the forward is the base layer alone.

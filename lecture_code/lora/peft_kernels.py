@@ -24,10 +24,11 @@ when x, W and the adapter differ in dtype or device, when the base weight is bei
 active adapter the kernel cannot take.
 
 **What the kernel cannot take** (these adapters stay on PEFT's path; :func:`use_fused_kernels` lists them
-once, in one warning and in its report): ``lora_dropout > 0`` (the kernel reads x once for the base GEMM and
-the branch; dropout would feed the branch another x), DoRA and PEFT's other LoRA variants, ``lora_bias``
-(a bias on B), ``fan_in_fan_out`` (GPT-2's ``Conv1D`` layout), a base layer that is not a plain
-``nn.Linear`` (quantized layers), and LoRA layers that are not Linear (Embedding, Conv).
+once, in one warning and in its report): ``lora_dropout > 0`` (the kernel takes one x for the base
+GEMM and the branch; dropout would feed the branch another x, which it does not take), DoRA and PEFT's
+other LoRA variants, ``lora_bias`` (a bias on B), ``fan_in_fan_out`` (GPT-2's ``Conv1D`` layout), a base
+layer that is not a plain ``nn.Linear`` (quantized layers), and LoRA layers that are not Linear (Embedding,
+Conv).
 """
 
 from __future__ import annotations

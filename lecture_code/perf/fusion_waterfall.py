@@ -1,7 +1,10 @@
 """Notebook 05's waterfall: the training step after each fusion, in the order the lecture applies them.
 
 :func:`~lecture_code.perf.dlrm_step.measure` times the implementations of :mod:`.dlrm_step`; here they become
-*steps* of one story, each with what it changes over the one before (:data:`STEPS`). :func:`waterfall_rows`
+*steps* of one story, each with what it does (:data:`STEPS`). The row above a step is not always the one it
+builds on (``compile, dense grads`` builds on ``eager, dense grads``, ``fused`` on ``packed + index_add_``
+without the graph), so ``vs_previous`` and the sentences' comparisons with "the step above" can mix two
+changes: at ``fused`` the CUDA graph's loss and the kernels' swap. :func:`waterfall_rows`
 orders the measured rows and adds the ratio to the previous step and to the first; :func:`waterfall_chart`
 draws them; :func:`waterfall_sentences` states what the numbers say (which step helped, by how much, whether
 the last step's GPU or host time bounds it, and the goal), so the notebook's prose never cites a number that
@@ -47,7 +50,7 @@ STEPS: dict[str, str] = {
     "fused + MLP SGD in backward, atomic SGD, TF32, CUDA graph": "the SGD-in-backward step on TF32",
 }
 """Each implementation of :data:`~lecture_code.perf.dlrm_step.IMPLEMENTATIONS`, in the lecture's order, with
-what it changes over the step before it."""
+what it does (over the step it builds on, which is not always the one before it: see the module docstring)."""
 
 
 def waterfall_rows(results: Sequence[StepResult], ids: str = "uniform") -> list[dict]:
@@ -110,7 +113,7 @@ def waterfall_sentences(rows: Sequence[dict], on_gpu: bool, kaggle_batch_2048: b
     """What the waterfall shows, as sentences built from its numbers.
 
     ``on_gpu``: timings from a GPU (on a CPU the kernels run in Triton's interpreter, one program at a time,
-    and the numbers only show that the code runs). ``kaggle_batch_2048``: the issue's setting, where
+    and the numbers only show that the code runs). ``kaggle_batch_2048``: RESULTS.md's setting, where
     :data:`GOAL_MS` applies."""
     if not rows:
         return ["No implementation was measured."]
