@@ -4,6 +4,8 @@
 - :mod:`.step`: :func:`make_train_step`, the one step the loop runs and :mod:`.graphs` captures;
 - :mod:`.cli`: ``python -m lecture_code.training --preset small --steps 300`` (flags = ``TrainConfig``);
 - :mod:`.distributed`: the same under ``torchrun --nproc-per-node N``: data-parallel (DDP), rank 0 writes;
+- :mod:`.sharding_plan`, :mod:`.sharded_embedding`, :mod:`.sharded_training`: ``--shard-tables``, the tables
+  sharded over the ranks (model parallel, TorchRec's layout), the MLPs data-parallel;
 - :mod:`.launch`: ``N`` local ranks started as ``torchrun`` would, from Python (tests, benchmarks);
 - :mod:`.optimizers`: the dense and table optimizers of each ``--optimizer`` (eager row-wise Adagrad too);
 - :mod:`.graphs`: one training step captured as one CUDA graph and replayed (GPU only);

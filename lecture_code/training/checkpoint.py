@@ -29,14 +29,16 @@ class UnsafeCheckpointError(pickle.UnpicklingError):
 
 
 def save_checkpoint(
-    path: str | Path, *, model, optimizer, step: int, config: dict[str, Any], embedding_optimizer=None
-) -> Path:
+    path: str | Path, *, model, optimizer, step: int, config: dict[str, Any], embedding_optimizer=None,
+    model_state: dict | None = None,
+) -> Path:  # fmt: skip
     """``embedding_optimizer``: the tables' optimizer state (a dict), kept apart from the dense optimizer's
-    so that both move between backends (:mod:`lecture_code.training.optimizers`)."""
+    so that both move between backends (:mod:`lecture_code.training.optimizers`). ``model_state``: written
+    instead of ``model.state_dict()`` (a sharded model's tables gathered, :mod:`.sharded_training`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     state = {
-        "model": model.state_dict(),
+        "model": model.state_dict() if model_state is None else model_state,
         "optimizer": optimizer.state_dict(),
         "embedding_optimizer": embedding_optimizer,
         "step": step,

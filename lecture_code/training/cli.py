@@ -7,6 +7,11 @@ Data-parallel on several GPUs (or CPU processes): the same flags under ``torchru
 (:mod:`lecture_code.training.distributed`); only rank 0 prints.
 
     torchrun --standalone --nproc-per-node 2 -m lecture_code.training --preset kaggle --data data/kaggle
+
+Tables sharded over the ranks instead of replicated (fused backend):
+
+    torchrun --standalone --nproc-per-node 4 -m lecture_code.training --backend fused --optimizer sgd \
+        --shard-tables --row-wise-above-mb 256
 """
 
 from __future__ import annotations
@@ -46,6 +51,14 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     p.add_argument(
         "--cuda-graph", action=argparse.BooleanOptionalAction, default=defaults.cuda_graph,
         help="replay each training step from one CUDA graph (GPU only; eager or fused backend)",
+    )  # fmt: skip
+    p.add_argument(
+        "--shard-tables", action="store_true",
+        help="under torchrun with --backend fused: each rank holds a share of the tables (model parallel)",
+    )  # fmt: skip
+    p.add_argument(
+        "--row-wise-above-mb", type=float, default=defaults.row_wise_above_mb,
+        help="with --shard-tables: tables above this many MiB are split by rows over every rank",
     )  # fmt: skip
     p.add_argument("--profile", action=argparse.BooleanOptionalAction, default=defaults.profile)
     p.add_argument("--device", help="cpu, cuda, cuda:1 … (default: cuda when present)")

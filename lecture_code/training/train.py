@@ -19,7 +19,8 @@ for both; with ``fused`` the tables' update happens inside backward and the torc
 ``model.dense_parameters()``. ``cuda_graph`` replays each step from one CUDA graph (:mod:`.graphs`; GPU only).
 
 Under ``torchrun --nproc-per-node N`` the same loop trains data-parallel (:mod:`.distributed`): each rank
-its own shard of the data, DDP, rank 0 alone writing; ``batch_size`` is then per rank.
+its own shard of the data, DDP, rank 0 alone writing; ``batch_size`` is then per rank. With ``shard_tables``
+(fused backend) the tables are sharded over the ranks instead of replicated (:mod:`.sharded_training`).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from tqdm import tqdm
 from lecture_code import data as criteo
 from lecture_code.model import BACKENDS, DLRM
 from lecture_code.profiling.profiler import step_profiler
-from lecture_code.training import distributed
+from lecture_code.training import distributed, sharded_training
 from lecture_code.training.checkpoint import load_checkpoint, save_checkpoint
 from lecture_code.training.data_parallel import make_fused_data_parallel
 from lecture_code.training.distributed import DistInfo
@@ -67,6 +68,8 @@ class TrainConfig:
     backend: str = "eager"  # "eager" | "compile" | "fused" (lecture_code.model.BACKENDS)
     optimizer: str = "adam"  # "adam" | "sgd" | "rowwise_adagrad" (fused: not adam); lr for dense and tables
     cuda_graph: bool = False  # replay each step from one CUDA graph (GPU only)
+    shard_tables: bool = False  # under torchrun, fused: tables sharded over the ranks (sharded_training)
+    row_wise_above_mb: float | None = None  # with shard_tables: tables above this many MiB split by rows
     profile: bool = False
     device: str | None = None
     log_every: int = 20
@@ -103,6 +106,11 @@ def check_config(cfg: TrainConfig, world_size: int = 1) -> None:
         )
     if cfg.cuda_graph and cfg.backend == "compile":
         raise ValueError("--cuda-graph captures the eager or fused step; for compile use its own cudagraphs")
+    if cfg.shard_tables and cfg.backend != "fused":
+        raise ValueError(
+            f"--shard-tables shards the fused backend's table-batched embedding, got --backend "
+            f"{cfg.backend}: pass --backend fused (with --optimizer sgd or rowwise_adagrad)"
+        )
     distributed.check_distributed_config(cfg.backend, cfg.cuda_graph, world_size)
 
 
@@ -175,7 +183,12 @@ def _train(cfg: TrainConfig, log: Callable[[str], object], info: DistInfo) -> Tr
                 f"({info.world_size} x {cfg.batch_size} rows per step)"
             )
     step_model, after_backward = model, None
-    if info.enabled and cfg.backend == "fused":  # tables replicated, only touched rows exchanged
+    sharded = info.enabled and cfg.shard_tables
+    if cfg.shard_tables and not info.enabled:
+        log("--shard-tables: one process holds every table (nothing to shard without torchrun)")
+    if sharded:  # tables sharded over the ranks (model parallel), the MLPs data-parallel
+        after_backward = sharded_training.shard_for_training(model, device, cfg.row_wise_above_mb, log)
+    elif info.enabled and cfg.backend == "fused":  # tables replicated, only touched rows exchanged
         after_backward = make_fused_data_parallel(model)
     elif info.enabled:
         step_model = distributed.wrap_model(model, device)
@@ -188,11 +201,14 @@ def _train(cfg: TrainConfig, log: Callable[[str], object], info: DistInfo) -> Tr
         train_step = make_train_step(step_model, [optimizer, embedding_opt], after_backward=after_backward)
 
     def checkpoint():
+        # sharded: the full tables gathered on rank 0 (a collective), the unsharded model's layout
+        gathered = sharded_training.checkpoint_state(model) if sharded else None
         if info.is_main:
+            model_state, table_state = gathered or (None, embedding_optimizer_state(model, embedding_opt))
             save_checkpoint(
                 checkpoint_path, model=model, optimizer=optimizer, step=step,
                 config={**asdict(cfg), "world_size": info.world_size},
-                embedding_optimizer=embedding_optimizer_state(model, embedding_opt),
+                embedding_optimizer=table_state, model_state=model_state,
             )  # fmt: skip
         distributed.barrier()  # the file is complete before any rank goes on (or reads it)
         return checkpoint_path
@@ -207,7 +223,9 @@ def _train(cfg: TrainConfig, log: Callable[[str], object], info: DistInfo) -> Tr
 
     def run_eval() -> None:
         batches = criteo.iter_batches(holdout_split, cfg.batch_size, drop_last=False, shuffle=False)
-        if info.enabled:  # logloss and AUC over every rank's holdout rows
+        if sharded:  # every rank the same number of lookups (each is a collective)
+            metrics = {"step": step, **sharded_training.evaluate_sharded(model, batches, device)}
+        elif info.enabled:  # logloss and AUC over every rank's holdout rows
             metrics = {"step": step, **distributed.evaluate_all_ranks(model, batches, device)}
         else:
             metrics = {"step": step, **evaluate(model, batches)}

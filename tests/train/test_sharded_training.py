@@ -1,0 +1,91 @@
+"""``--shard-tables`` in the training loop: the sharded step trains what the replicated step trains, and its
+checkpoint (full tables, gathered) resumes at another world size, resharded.
+
+Two gloo ranks train two steps with the tables sharded (some row-wise) and, separately, replicated (the fused
+data-parallel step): the checkpoints agree to float rounding. The sharded checkpoint then resumes at three
+ranks (sharded) and at one (unsharded) without further steps: the re-written checkpoints hold exactly the
+saved tables and Adagrad state, and the holdout metrics over the same rows agree.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import replace
+
+import pytest
+import torch
+
+from lecture_code.training import TrainConfig, read_checkpoint, train
+from lecture_code.training.launch import train_processes
+from lecture_code.training.train import check_config
+
+STEPS = 2
+# fp32: the same sums, some in another order (the pooled rows come back through the owners); the losses and
+# tables agree near 1e-7 relative. The MLP weights get a looser bound: Adagrad's first step divides each
+# gradient by its own magnitude (+ eps = 1e-8), so a rounding difference in a gradient near 1e-8 moves its
+# weight by up to ~lr·1e-4 (3e-6 seen in 2 of 47k weights). A missed 1/W or a lost table update: ~1e-2.
+TOL = dict(rtol=1e-5, atol=1e-6)
+WEIGHT_TOL = dict(rtol=1e-4, atol=1e-5)
+
+
+def _config(data, run_dir, **overrides) -> TrainConfig:
+    base = dict(
+        data_dir=str(data), run_dir=str(run_dir), steps=STEPS, batch_size=64, holdout_fraction=0.05,
+        log_every=1, checkpoint_every=0, progress=False, device="cpu", backend="fused",
+        optimizer="rowwise_adagrad", lr=0.05, shard_tables=True,
+        row_wise_above_mb=0.002,  # the tables above 2 KiB split by rows over every rank
+    )  # fmt: skip
+    return TrainConfig(**{**base, **overrides})
+
+
+@pytest.fixture(scope="module")
+def sharded_at_two(tiny_data, tmp_path_factory):
+    cfg = _config(tiny_data, tmp_path_factory.mktemp("sharded") / "run")
+    results = train_processes(cfg, 2)
+    return cfg, results, read_checkpoint(cfg.run_dir + "/checkpoint.pt")
+
+
+def _assert_same_tables(got: dict, want: dict, **tol) -> None:
+    """Equal model and table-optimizer state: exactly, or within ``tol`` (the MLPs within WEIGHT_TOL)."""
+    assert got["model"].keys() == want["model"].keys()
+    for key, value in want["model"].items():
+        if tol:
+            close = tol if "sparse_arch" in key else WEIGHT_TOL
+            torch.testing.assert_close(got["model"][key], value, **close, msg=lambda m, k=key: f"{k}: {m}")
+        else:
+            assert torch.equal(got["model"][key], value), key
+    for f, saved in want["embedding_optimizer"]["state"].items():
+        moment = got["embedding_optimizer"]["state"][f]["momentum"]
+        if tol:
+            torch.testing.assert_close(moment, saved["momentum"], **tol)
+        else:
+            assert torch.equal(moment, saved["momentum"]), f"momentum of table {f}"
+
+
+@pytest.mark.slow
+def test_sharded_training_equals_the_replicated_data_parallel_step(sharded_at_two, tmp_path):
+    cfg, results, sharded = sharded_at_two
+    replicated_cfg = replace(cfg, run_dir=str(tmp_path / "replicated"), shard_tables=False)
+    replicated = train_processes(replicated_cfg, 2)
+    torch.testing.assert_close(torch.tensor(results[0].losses), torch.tensor(replicated[0].losses), **TOL)
+    _assert_same_tables(sharded, read_checkpoint(tmp_path / "replicated" / "checkpoint.pt"), **TOL)
+    assert any(float(s["momentum"].abs().sum()) > 0 for s in sharded["embedding_optimizer"]["state"].values())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world", [3, 1])
+def test_a_checkpoint_saved_at_two_ranks_resumes_resharded(sharded_at_two, tmp_path, world):
+    cfg, results, saved = sharded_at_two
+    run_dir = tmp_path / f"resume{world}"
+    run_dir.mkdir()
+    shutil.copy(cfg.run_dir + "/checkpoint.pt", run_dir / "checkpoint.pt")
+    resumed_cfg = replace(cfg, run_dir=str(run_dir), resume=True)  # steps == the saved step: no step
+    resumed = train_processes(resumed_cfg, world)[0] if world > 1 else train(resumed_cfg, log=lambda m: None)
+    _assert_same_tables(read_checkpoint(run_dir / "checkpoint.pt"), saved)
+    for key in ("logloss", "auc"):  # the same weights over the same holdout rows, split another way
+        assert resumed.final[key] == pytest.approx(results[0].final[key], rel=1e-5), key
+
+
+def test_shard_tables_needs_the_fused_backend():
+    with pytest.raises(ValueError, match="--shard-tables .* got --backend eager: pass --backend fused"):
+        check_config(TrainConfig(backend="eager", shard_tables=True), world_size=2)
