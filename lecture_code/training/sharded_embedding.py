@@ -40,11 +40,11 @@ TorchRec. ``DistributedModelParallel(model, plan=...)`` swaps each ``EmbeddingBa
 swaps the fused ``sparse_arch`` for :class:`ShardedSparseArch` and all-reduces the MLP gradients.
 ``EmbeddingBagCollection`` ↔ the ``F`` tables of the table-batched embedding; its input, a
 ``KeyedJaggedTensor``, ↔ the ragged ids and bag lengths of step 3, split by TorchRec's input dist
-(``KJTAllToAll``: lengths first, then values, as here); its pooled output dist (``PooledEmbeddingsAllToAll``
-for table-wise, a reduce-scatter for row-wise) ↔ step 5. ``EmbeddingShardingPlanner`` ↔
-:func:`~lecture_code.training.sharding_plan.plan_sharding`; ``ShardingType.TABLE_WISE`` / ``ROW_WISE`` ↔
-its two layouts. FBGEMM's TBE with ``EXACT_ROWWISE_ADAGRAD`` fused into the backward is the owner's kernel
-in both.
+(``KJTAllToAll``: the splits first, then lengths and values, as here); its pooled output dist
+(``PooledEmbeddingsAllToAll`` for table-wise, a reduce-scatter for row-wise) ↔ step 5.
+``EmbeddingShardingPlanner`` ↔ :func:`~lecture_code.training.sharding_plan.plan_sharding`;
+``ShardingType.TABLE_WISE`` / ``ROW_WISE`` ↔ its two layouts. FBGEMM's TBE with ``EXACT_ROWWISE_ADAGRAD``
+fused into the backward is the owner's kernel in both.
 """
 
 from __future__ import annotations
