@@ -11,8 +11,8 @@ One folder per concept, one concept per file:
 - ``dlrm/`` the table-batched embedding and the dot interaction (notebook 05)
 - ``gemm/`` a GEMM built up one idea at a time: tiles, grouped order, persistent grid, descriptors, low-rank
   epilogue (the GEMM notebook, before LoRA)
-- ``lora/`` the fused LoRA linear: its GEMM, low-rank branch, skinny passes, pre-tuning (notebook 06)
-- ``multi_lora/`` many adapters in one batch: shrink/expand and their metadata (notebook 07)
+- ``lora/`` the fused LoRA linear: its GEMM, low-rank branch, skinny passes, pre-tuning (notebook 07)
+- ``multi_lora/`` many adapters in one batch: shrink/expand and their metadata (notebook 08)
 - ``cuda/`` the same pointwise kernels in CUDA C++ (notebook 04)
 
 At the top, only what every folder shares: :mod:`kernels.runtime` (GPU or interpreter, the device),

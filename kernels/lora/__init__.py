@@ -1,4 +1,4 @@
-"""The fused LoRA linear, ``y = x Wᵀ + b + s·(x Aᵀ) Bᵀ``, forward and backward (notebook 06).
+"""The fused LoRA linear, ``y = x Wᵀ + b + s·(x Aᵀ) Bᵀ``, forward and backward (notebook 07).
 
 - :mod:`.linear` — ``lora_linear(x, weight, lora_a, lora_b, scale, ...)``, the public function: checks,
   the version ladder (``VERSIONS``, ``choose_version``), the autograd formulas, config lookup.

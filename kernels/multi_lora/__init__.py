@@ -1,4 +1,4 @@
-"""Many LoRA adapters in one batch, as a server runs them (notebook 07): shrink and expand (SGMV).
+"""Many LoRA adapters in one batch, as a server runs them (notebook 08): shrink and expand (SGMV).
 
 - :mod:`.shrink_expand` — ``add_multi_lora(y, x, lora_a, lora_b, adapter_ids, ...)``, the public function,
   and ``plan``: which path and tiles a call takes.

@@ -7,9 +7,9 @@
 - Notebook 05: :mod:`.sgd_rows` (``check_sgd_rows``: exact SGD on the touched rows, repeated ids summed).
 - The GEMM notebook: :mod:`.linear_relu` (``check_linear_relu``: bias + ReLU in a GEMM's epilogue; the
   learner's skeleton in :mod:`.skeletons`).
-- Notebook 06: :mod:`.lora_linear` (``check_lora_linear``: the whole hand-written backward) and
+- Notebook 07: :mod:`.lora_linear` (``check_lora_linear``: the whole hand-written backward) and
   :mod:`.lora_da` (``check_lora_da``: dA alone).
-- Notebook 07: :mod:`.multi_lora_expand` (``check_multi_lora_expand``: the multi-LoRA expand, rows with
+- Notebook 08: :mod:`.multi_lora_expand` (``check_multi_lora_expand``: the multi-LoRA expand, rows with
   adapter id −1 untouched, the column tail masked).
 - :mod:`.solutions`: one answer per exercise, tested in CI like any kernel.
 

@@ -1,4 +1,4 @@
-"""Notebook 06's second exercise: the LoRA backward's dA alone, ``dA = s·(dY B)ᵀ x``.
+"""Notebook 07's second exercise: the LoRA backward's dA alone, ``dA = s·(dY B)ᵀ x``.
 
 The learner writes ``fn(dy, x, lora_b, scale) -> dA`` (torch ops or a Triton kernel). :func:`check_lora_da`
 runs it on a plain shape, odd sizes with 3-D inputs, rank 1 and scale 0, and compares with the dA that

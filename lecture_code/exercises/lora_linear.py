@@ -1,4 +1,4 @@
-"""Notebook 06's first exercise: a LoRA linear with a hand-written backward (dX, dA, dB), checked.
+"""Notebook 07's first exercise: a LoRA linear with a hand-written backward (dX, dA, dB), checked.
 
 The learner writes ``fn(x, weight, lora_a, lora_b, scale, bias=None) -> y`` (typically an
 ``autograd.Function`` whose backward returns dX, dA, dB by the formulas of :mod:`kernels.lora.linear`).
@@ -6,7 +6,7 @@ The learner writes ``fn(x, weight, lora_a, lora_b, scale, bias=None) -> y`` (typ
 bias, scale 0, B = 0 — against :func:`kernels.reference.lora_linear` under autograd, and says for each case
 what is wrong: the output, or which gradient, with a hint for the usual slips (a missing or doubled scale, a
 gradient that is not connected). It never raises for a wrong answer: it prints and returns False. Its
-printout predates :mod:`.checker`, and notebook 06's committed output checks it word for word, so it keeps
+printout predates :mod:`.checker`, and notebook 07's committed output checks it word for word, so it keeps
 its own format.
 """
 

@@ -1,4 +1,4 @@
-"""Notebook 07's exercise: the multi-LoRA expand, ``y[i] += t[i] B[id(i)]ᵀ`` for each token with an adapter.
+"""Notebook 08's exercise: the multi-LoRA expand, ``y[i] += t[i] B[id(i)]ᵀ`` for each token with an adapter.
 
 The learner writes ``fn(y, t, lora_b, adapter_ids)`` that adds, in place, each token's low-rank product to
 its row of y and returns y: y [T, N], t [T, r] (the shrink's output, already scaled), lora_b [L, N, r],

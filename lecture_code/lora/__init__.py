@@ -10,7 +10,7 @@
 - :mod:`.multi_tenant`: one adapter per market on DLRM's over-arch, a mixed batch scored in one pass
   (``score_mixed``, via ``kernels.multi_lora.shrink_expand``) against one merged model per market
   (``score_per_market``);
-- :mod:`.exercises`: the name notebook 06 imports its first checker by (now in ``lecture_code.exercises``);
+- :mod:`.exercises`: the name notebook 07 imports its first checker by (now in ``lecture_code.exercises``);
 - :mod:`.peft_kernels`: ``use_fused_kernels(peft_model)``, the PEFT drop-in (needs ``peft``, imported on first
   use of the name).
 """

@@ -4,7 +4,7 @@
     python -m lecture_code.lora --save                   # also benchmarks/results/lora_adaptation/*.json
     python -m lecture_code.lora --finetune-steps 400 --out run.json
 
-The JSON sidecar holds the report and a stamp (device, torch, triton, date, command); notebook 06 reads
+The JSON sidecar holds the report and a stamp (device, torch, triton, date, command); notebook 07 reads
 the GPU one.
 """
 

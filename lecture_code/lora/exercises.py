@@ -1,4 +1,4 @@
-"""The name notebook 06's first exercise imports: the checker now lives in :mod:`lecture_code.exercises`."""
+"""The name notebook 07's first exercise imports: the checker now lives in :mod:`lecture_code.exercises`."""
 
 from lecture_code.exercises.lora_linear import check_lora_linear
 

@@ -2,7 +2,7 @@
 
 The original (gpu-mode/lectures, ``lecture_018/lora_on_simple_mlp.py``) makes the adapter with
 ``torch.nn.Parameter(...).to(device)`` and freezes the base with ``<LinearWithLoRA>.linear.requires_grad =
-False`` (notebook 06 quotes the lines). Both look right and neither does what it says:
+False`` (notebook 07 quotes the lines). Both look right and neither does what it says:
 
 1. ``Parameter.to(device)`` returns the parameter itself only when nothing moves. When it copies (the
    lecture's ``device`` is ``"cuda"``, and the parameter was made on the CPU) it returns the copy: a plain

@@ -1,4 +1,4 @@
-"""Notebook 06's dA exercise: the solution passes; planted mistakes are each named precisely."""
+"""Notebook 07's dA exercise: the solution passes; planted mistakes are each named precisely."""
 
 from __future__ import annotations
 

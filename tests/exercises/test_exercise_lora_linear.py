@@ -67,7 +67,7 @@ def test_a_broken_output_and_a_detached_gradient_are_named(capsys):
     assert "raised ZeroDivisionError" in capsys.readouterr().out
 
 
-def test_the_name_notebook_06_imports_is_the_same_checker():
+def test_the_name_notebook_07_imports_is_the_same_checker():
     from lecture_code.lora import exercises
 
     assert exercises.check_lora_linear is check_lora_linear

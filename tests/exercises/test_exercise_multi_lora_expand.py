@@ -1,4 +1,4 @@
-"""Notebook 07's exercise: the solution passes; planted mistakes are each named precisely.
+"""Notebook 08's exercise: the solution passes; planted mistakes are each named precisely.
 
 Triton runs in the interpreter on a CPU (the checker's shapes are small), compiled on a GPU.
 """

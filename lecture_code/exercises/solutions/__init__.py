@@ -5,9 +5,9 @@
   (notebook 05);
 - :mod:`.linear_relu`: ``linear_relu(x, weight, bias, out)``, a tiled GEMM with bias + ReLU in its epilogue
   (the GEMM notebook);
-- :mod:`.lora_da`: ``lora_da(dy, x, lora_b, scale)``, LoRA's dA in torch ops (notebook 06);
+- :mod:`.lora_da`: ``lora_da(dy, x, lora_b, scale)``, LoRA's dA in torch ops (notebook 07);
 - :mod:`.multi_lora_expand`: ``multi_lora_expand(y, t, lora_b, adapter_ids)``, a Triton kernel that skips
-  rows with id −1 and masks the column tail (notebook 07).
+  rows with id −1 and masks the column tail (notebook 08).
 """
 
 from lecture_code.exercises.solutions.bias_gelu import bias_gelu

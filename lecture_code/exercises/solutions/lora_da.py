@@ -1,4 +1,4 @@
-"""A solution to notebook 06's second exercise: LoRA's dA from dY, x, B and s, in torch ops.
+"""A solution to notebook 07's second exercise: LoRA's dA from dY, x, B and s, in torch ops.
 
 With t = x Aᵀ and y = x Wᵀ + b + s·t Bᵀ, the gradient reaching t is s·dY B, and t = x Aᵀ gives
 ``dA = s·(dY B)ᵀ x`` [r, K]. The order of the products is the lesson: ``(dY B)`` first costs M·N·r

@@ -1,4 +1,4 @@
-"""A solution to notebook 07's exercise: the multi-LoRA expand ``y[i] += t[i] B[id(i)]ᵀ``, −1 rows untouched.
+"""A solution to notebook 08's exercise: the multi-LoRA expand ``y[i] += t[i] B[id(i)]ᵀ``, −1 rows untouched.
 
 One program per (token, block of ``BLOCK_N`` output columns), the simplest grid (Punica's BGMV: one token
 at a time; :mod:`kernels.multi_lora.shrink_expand` groups tokens by adapter instead, so a program reuses one

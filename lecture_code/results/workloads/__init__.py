@@ -42,7 +42,7 @@ BUILDERS: dict[tuple[str, str], Callable[[ResultFile], Section]] = {
 PLANNED: dict[str, tuple[str, str]] = {
     "dlrm_step": ("The fused DLRM training step (notebook 05)", "python -m benchmarks.bench_dlrm_step"),
     "multi_lora": (
-        "Multi-LoRA serving: shrink + expand (notebook 07)",
+        "Multi-LoRA serving: shrink + expand (notebook 08)",
         "python -m benchmarks.bench_multi_lora",
     ),
 }

@@ -1,4 +1,4 @@
-"""The LoRA linear (notebook 06): its overhead over the frozen base linear, per provider, shape and pass."""
+"""The LoRA linear (notebook 07): its overhead over the frozen base linear, per provider, shape and pass."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def build(result: ResultFile) -> Section:
     headlines.append(Headline(f"LoRA linear overhead over the frozen base, {first}", "; ".join(parts)))
     return Section(
         workload="lora",
-        title="LoRA linear: overhead over the frozen base (notebook 06)",
+        title="LoRA linear: overhead over the frozen base (notebook 07)",
         command="python -m benchmarks.bench_lora",
         what="`y = x Wᵀ + b + s·(x Aᵀ) Bᵀ` against the frozen base linear on the same inputs, forward "
         "(`fwd`) and forward + backward with dX, dA, dB (`fwd+bwd`; the base computes its dX). Ours: the "

@@ -1,4 +1,4 @@
-"""The case study of notebook 06: a trained DLRM adapted with LoRA to a day whose click signal moved."""
+"""The case study of notebook 07: a trained DLRM adapted with LoRA to a day whose click signal moved."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def build(result: ResultFile) -> Section:
     after = ", ".join(f"{num(r['auc_shifted'])} ({r['backend']})" for r in report["runs"])
     return Section(
         workload="lora_adaptation",
-        title="LoRA fine-tuning of a trained DLRM on a shifted day (notebook 06)",
+        title="LoRA fine-tuning of a trained DLRM on a shifted day (notebook 07)",
         command=result.stamp.get("command", "python -m lecture_code.lora --save"),
         what=f"A `{config['preset']}` DLRM pretrained on day 0, then rank-{config['r']} adapters on "
         f"{', '.join(config['targets'])} trained on a later synthetic day whose click signal moved; "

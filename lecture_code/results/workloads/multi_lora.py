@@ -1,4 +1,4 @@
-"""Multi-LoRA serving (notebook 07): shrink + expand for a batch of tokens on many adapters, per provider.
+"""Multi-LoRA serving (notebook 08): shrink + expand for a batch of tokens on many adapters, per provider.
 
 Reads ``benchmarks/bench_multi_lora.py``'s CSV: one row per shape (``T``, ``L`` adapters, rank ``r``,
 ``slices``; the label in ``shape`` names the widths) and provider, with the median device time ``us``, the
@@ -76,7 +76,7 @@ def build(result: ResultFile) -> Section:
         goals.append(GoalCheck(goal, value, shown if value is None else f"{shown} ({OURS}, {shape})"))
     return Section(
         workload="multi_lora",
-        title="Multi-LoRA serving: shrink + expand (notebook 07)",
+        title="Multi-LoRA serving: shrink + expand (notebook 08)",
         command="python -m benchmarks.bench_multi_lora",
         what="`y[t] += s · x[t] A[id(t)]ᵀ B[id(t)]ᵀ` for a batch of T tokens, each on its own adapter or "
         "none (id −1), every provider checked against the reference before it is timed: ours "
