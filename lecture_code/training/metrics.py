@@ -10,7 +10,6 @@ from collections.abc import Iterable
 
 import numpy as np
 import torch
-from sklearn.metrics import log_loss, roc_auc_score
 
 
 def constant_predictor_logloss(positive_rate: float) -> float:
@@ -37,6 +36,8 @@ def predict(model: torch.nn.Module, batches: Iterable) -> tuple[torch.Tensor, to
 def ctr_metrics(probs: torch.Tensor, labels: torch.Tensor) -> dict[str, float]:
     """Logloss and AUC of click probabilities against 0/1 labels (any device), the constant predictor's
     logloss on the same labels (``baseline_logloss``; its AUC is 0.5) and the number of ``examples``."""
+    from sklearn.metrics import log_loss, roc_auc_score  # here: importing scikit-learn takes 2.5 s
+
     p = probs.detach().cpu().numpy().astype(np.float64)
     y = labels.detach().cpu().numpy()
     return {

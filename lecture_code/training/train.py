@@ -37,7 +37,6 @@ from tqdm import tqdm
 
 from lecture_code import data as criteo
 from lecture_code.model import BACKENDS, DLRM
-from lecture_code.profiling.profiler import step_profiler
 from lecture_code.training import distributed, sharded_training
 from lecture_code.training.checkpoint import load_checkpoint, save_checkpoint
 from lecture_code.training.data_parallel import make_fused_data_parallel
@@ -238,6 +237,8 @@ def _train(cfg: TrainConfig, log: Callable[[str], object], info: DistInfo) -> Tr
         )
 
     profiling = cfg.profile and info.is_main
+    if profiling:  # imported here: the profiler's plotting (matplotlib, pandas) costs every rank a second
+        from lecture_code.profiling.profiler import step_profiler
     profiler = step_profiler(run_dir / "profile") if profiling else contextlib.nullcontext()
     running = torch.zeros((), device=device)
     progress = cfg.progress and info.is_main
