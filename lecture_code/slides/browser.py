@@ -5,8 +5,9 @@ on ``PATH``; on Debian ``apt-get install chromium fonts-dejavu-core``), driven b
 download. Every request that is not a ``file://`` URL is aborted and counted: the deck must need no network.
 
 :func:`check_deck` reports what a reader would notice: how many slides, pictures that did not load, slides
-whose content runs past the slide's edge, requests to the network, and screenshots with how much of each is
-not background (a blank page reads as 0).
+whose content runs past the slide's edge, slides with text too small to read from the back of a room (under
+:data:`MIN_TEXT_PX`; code cut from the sources is shrunk to fit and held to :data:`MIN_CODE_PX`), requests to
+the network, and screenshots with how much of each is not background (a blank page reads as 0).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from lecture_code.export.netron import CHROMIUM_FLAGS, find_chromium
 __all__ = ["DeckCheck", "check_deck", "chromium_or_reason", "print_pdf"]
 
 SLIDE_W, SLIDE_H = 1280, 720
+MIN_TEXT_PX = 18  # 13.5 pt: captions and sources; body text is 24 px (deck.css)
+MIN_CODE_PX = 14  # a long definition shrinks to fit its slide, down to this
 
 
 def chromium_or_reason() -> tuple[str | None, str]:
@@ -35,6 +38,8 @@ class DeckCheck:
     missing_images: list[str]  # src of every <img> that did not load
     overflowing: list[int]  # 1-based numbers of slides whose content is taller or wider than the slide
     network_requests: list[str]  # anything the page asked for that is not a local file
+    # slides with text under MIN_TEXT_PX (code under MIN_CODE_PX)
+    small_text: list[int] = field(default_factory=list)
     screenshots: dict[Path, float] = field(default_factory=dict)  # PNG → fraction of non-background pixels
 
     @property
@@ -46,6 +51,10 @@ class DeckCheck:
             out.append(f"pictures that did not load: {self.missing_images}")
         if self.overflowing:
             out.append(f"slides whose content runs past the edge: {self.overflowing}")
+        if self.small_text:
+            out.append(
+                f"slides with text under {MIN_TEXT_PX} px (code under {MIN_CODE_PX}): {self.small_text}"
+            )
         if self.network_requests:
             out.append(f"requests to the network: {self.network_requests}")
         out += [f"{p.name} is blank" for p, ink in self.screenshots.items() if ink < 0.01]
@@ -115,7 +124,7 @@ def check_deck(html_path: Path, shots_dir: Path, chromium: str | None = None) ->
             page = _open(browser, html_path, blocked)
             page.emulate_media(media="print")  # slides at their own size (no fit-to-window zoom)
             facts = page.evaluate(
-                """() => {
+                """([minText, minCode]) => {
                   const slides = Array.from(document.querySelectorAll('section.slide'));
                   const missing = Array.from(document.images)
                     .filter((img) => !img.complete || img.naturalWidth === 0)
@@ -130,9 +139,20 @@ def check_deck(html_path: Path, shots_dir: Path, chromium: str | None = None) ->
                       const r = e.getBoundingClientRect(), b = s.getBoundingClientRect();
                       return r.bottom > b.bottom - 30 + 1 || r.right > b.right + 1;  // 30 px: the footer
                     })).map(([i]) => i);
+                  const small = slides.map((s, i) => [i + 1, s]).filter(([, s]) => {
+                    const walk = document.createTreeWalker(s, NodeFilter.SHOW_TEXT);
+                    while (walk.nextNode()) {
+                      const e = walk.currentNode.parentElement;
+                      if (!walk.currentNode.textContent.trim() || e.closest('footer')) continue;
+                      const px = parseFloat(getComputedStyle(e).fontSize);
+                      if (px < (e.closest('pre') ? minCode : minText) - 0.05) return true;
+                    }
+                    return false;
+                  }).map(([i]) => i);
                   const withImage = slides.findIndex((s) => s.querySelector('img'));
-                  return {count: slides.length, missing, over, withImage: withImage + 1};
-                }"""
+                  return {count: slides.length, missing, over, small, withImage: withImage + 1};
+                }""",
+                [MIN_TEXT_PX, MIN_CODE_PX],
             )
             shots = {}
             numbers = [1] + ([facts["withImage"]] if facts["withImage"] > 0 else [])
@@ -146,6 +166,7 @@ def check_deck(html_path: Path, shots_dir: Path, chromium: str | None = None) ->
         slides=facts["count"],
         missing_images=facts["missing"],
         overflowing=facts["over"],
+        small_text=facts["small"],
         network_requests=blocked,
         screenshots=shots,
     )

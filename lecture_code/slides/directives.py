@@ -9,7 +9,10 @@ A line of ``slides/deck.md`` that starts with ``:::`` is replaced by HTML made f
   yet" note instead of an error.
 - ``::: results WORKLOAD table[=N] | goals | plot``: a table, the goal checks or the plot of RESULTS.md's
   section for ``WORKLOAD`` (:mod:`lecture_code.results`: the same numbers, read from the same CSV). With no
-  result file yet: "not measured yet" and the command that measures it.
+  result file yet: "not measured yet" and the command that measures it. A table read from the back of a room
+  has at most :data:`MAX_COLUMNS` columns: ``columns="shape,pass,ours"`` picks some (by header, or a header's
+  unique beginning), ``rows=1-6`` / ``rows=7-`` spreads the rows over slides; a column that says "not
+  measured" in every row is left out.
 - ``::: sidecar NAME``: the measured rows of ``perf_screenshots/NAME.json``, as the README states them.
 
 Every picture a slide shows is listed in :attr:`Context.images` (repository path → name in the build), so the
@@ -31,14 +34,17 @@ from pygments.lexers import PythonLexer
 
 from lecture_code.results.page import sections
 from lecture_code.results.screenshots import EXPERIMENTS, screenshot_headlines
-from lecture_code.results.section import Section, Table
+from lecture_code.results.section import NOT_MEASURED, Section, Table
 from lecture_code.slides.extract import extract
 
-__all__ = ["NOT_MEASURED_YET", "Context", "expand", "fill"]
+__all__ = ["MAX_COLUMNS", "NOT_MEASURED_YET", "Context", "expand", "fill", "slide_table"]
 
 NOT_MEASURED_YET = "not measured yet"
+MAX_COLUMNS = 6  # more do not fit 1152 px at the deck's table size
 _CODE_AREA_PX = 500  # the height a code block may take on a 720 px slide, under a title
 _CODE_WIDTH_PX = 1120  # its width (monospace: about 0.6 em per character)
+# the room a picture has under a title (width, height): with its caption under it, or beside it (deck.css)
+_PICTURE_AREA_PX = ((1168, 506), (864, 573))
 
 
 @dataclass
@@ -68,21 +74,61 @@ def _inline(text: str) -> str:
     )
 
 
+def _column(headers: list[str], name: str) -> int:
+    """The index of the header ``name`` names: the header itself, or the one header that begins with it."""
+    wanted = name.strip().casefold()
+    exact = [i for i, h in enumerate(headers) if h.casefold() == wanted]
+    begins = [i for i, h in enumerate(headers) if h.casefold().startswith(wanted)]
+    if exact or len(begins) == 1:
+        return (exact or begins)[0]
+    which = "matches no header" if not begins else f"begins {len(begins)} headers"
+    raise LookupError(f"column {name!r} {which} of {headers}")
+
+
+def _rows(spec: str, count: int) -> slice:
+    """``"3"``, ``"1-6"`` or ``"7-"`` (1-based, inclusive) as a slice of ``count`` rows."""
+    first, dash, last = spec.partition("-")
+    start = int(first) - 1
+    stop = (int(last) if last else count) if dash else start + 1
+    if not 0 <= start < stop <= count:
+        raise ValueError(f"rows={spec}: the table has {count} rows")
+    return slice(start, stop)
+
+
+def slide_table(table: Table, columns: str | None = None, rows: str | None = None) -> Table:
+    """``table`` cut to fit a slide: the ``columns`` named (comma-separated), the ``rows`` range, and no
+    column that is "not measured" in every row kept.
+    """
+    keep = (
+        [_column(table.headers, c) for c in columns.split(",")]
+        if columns
+        else list(range(len(table.headers)))
+    )
+    body = table.rows[_rows(rows, len(table.rows))] if rows else table.rows
+    keep = [i for i in keep if not body or any(r[i] != NOT_MEASURED for r in body)]
+    if len(keep) > MAX_COLUMNS:
+        raise ValueError(
+            f"{len(keep)} columns do not fit a slide ({MAX_COLUMNS} at most): choose with columns=… "
+            f"among {table.headers}"
+        )
+    return Table(table.caption, [table.headers[i] for i in keep], [[r[i] for i in keep] for r in body])
+
+
 def _table(table: Table, verdict_column: int | None = None) -> str:
-    dense = " dense" if len(table.headers) > 6 or len(table.rows) > 8 else ""
     head = "".join(f"<th>{_inline(h)}</th>" for h in table.headers)
     body = []
     for row in table.rows:
         cells = []
         for i, cell in enumerate(row):
-            cls = f' class="verdict {cell.replace(" ", "-")}"' if i == verdict_column else ""
+            if i == verdict_column:
+                cls = f' class="verdict {cell.replace(" ", "-")}"'
+            else:  # a number (with its range or unit) stays on one line
+                cls = ' class="num"' if len(cell) <= 24 and re.match(r"[-+−]?\d", cell) else ""
             cells.append(f"<td{cls}>{_inline(cell)}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     caption = f"<caption>{_inline(table.caption)}</caption>" if table.caption else ""
     rows = "".join(body)
-    return (
-        f'<table class="numbers{dense}">{caption}<thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
-    )
+    return f'<table class="numbers">{caption}<thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
 
 
 def _pending(what: str) -> str:
@@ -112,8 +158,16 @@ def _stamp_caption(stamp: dict, command: str | None) -> str:
 
 
 def _picture(ctx: Context, path: str, caption: str) -> str:
+    """The picture as large as the slide allows: its caption under a wide one, beside a tall one."""
+    from PIL import Image
+
+    with Image.open(ctx.root / path) as image:
+        aspect = image.width / image.height
+    (under_w, under_h), (beside_w, beside_h) = _PICTURE_AREA_PX
+    beside = min(beside_w / aspect, beside_h) > min(under_w / aspect, under_h)
     img = f'<img src="{ctx.image(path)}" alt="{html.escape(path)}">'
-    return f'<figure class="picture">{img}<figcaption>{caption}</figcaption></figure>'
+    kind = "picture beside" if beside else "picture"
+    return f'<figure class="{kind}">{img}<figcaption>{caption}</figcaption></figure>'
 
 
 def _figure(ctx: Context, args: list[str]) -> str:
@@ -133,7 +187,13 @@ def _figure(ctx: Context, args: list[str]) -> str:
 
 
 def _results(ctx: Context, args: list[str]) -> str:
-    workload, part = args
+    workload, part, *options = args
+    known = {"columns", "rows"}
+    opts = dict(o.partition("=")[::2] for o in options)
+    if (opts and not part.startswith("table")) or set(opts) - known:
+        raise ValueError(
+            f"::: results {workload} {part}: options {sorted(opts)} (a table takes {sorted(known)})"
+        )
     found = ctx.sections(workload)
     measured = [s for s in found if s.result is not None]
     if not measured:
@@ -149,7 +209,8 @@ def _results(ctx: Context, args: list[str]) -> str:
     source = f'<p class="source">{where}</p>'
     if part.startswith("table"):
         index = int(part.partition("=")[2] or 0)
-        return _table(section.tables[index]) + source
+        table = slide_table(section.tables[index], opts.get("columns"), opts.get("rows"))
+        return _table(table) + source
     if part == "goals":
         rows = [[g.goal.text, g.reached, g.verdict] for g in section.goals]
         return _table(Table("", ["goal", "reached", "verdict"], rows), verdict_column=2) + source
@@ -160,7 +221,9 @@ def _results(ctx: Context, args: list[str]) -> str:
             )
         path = section.result.plot.as_posix()
         return _picture(ctx, path, where)
-    raise ValueError(f"::: results {workload} {part}: the part is table[=N], goals or plot")
+    raise ValueError(
+        f"::: results {workload} {part}: the part is table[=N] [columns=…] [rows=…], goals or plot"
+    )
 
 
 def _sidecar(ctx: Context, args: list[str]) -> str:

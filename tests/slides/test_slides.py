@@ -1,6 +1,7 @@
-"""The deck: code cut from the sources, numbers from the result files ("not measured yet" without one), and a
-build that renders in headless Chromium (slide count, every picture loaded, nothing past a slide's edge, a
-screenshot that is not blank) and prints to a PDF of one page per slide.
+"""The deck: code cut from the sources, numbers from the result files ("not measured yet" without one) in
+tables narrow enough for a slide, and a build that renders in headless Chromium (slide count, every picture
+loaded, nothing past a slide's edge, no text too small to read from the back of a room, a screenshot that is
+not blank) and prints to a PDF of one page per slide.
 
 Chromium comes from the system (``make setup-browser`` installs it; ``make test`` runs that first): the
 ``chromium`` fixture of ``tests/conftest.py``, shared with the Netron render tests; without one the browser
@@ -16,9 +17,10 @@ import pytest
 from result_csvs import dlrm_rows, write_csv
 
 from lecture_code.paths import REPO_ROOT
+from lecture_code.results.section import NOT_MEASURED, Table
 from lecture_code.slides import check_deck, extract, print_pdf, render_deck, split_slides
 from lecture_code.slides.browser import _ink
-from lecture_code.slides.directives import NOT_MEASURED_YET
+from lecture_code.slides.directives import MAX_COLUMNS, NOT_MEASURED_YET, slide_table
 
 DECK = REPO_ROOT / "slides" / "deck.md"
 
@@ -58,7 +60,8 @@ def _tiny_deck(tmp_path: Path) -> Path:
         (style / name).write_text((REPO_ROOT / "slides" / name).read_text())
     deck = style / "deck.md"
     deck.write_text(
-        "# Tiny\n---\n## 05\n::: results dlrm_step table\n---\n## 07\n::: results multi_lora goals\n"
+        "# Tiny\n---\n## 05\n::: results dlrm_step table columns='implementation,uniform ids ms'\n"
+        "---\n## 07\n::: results multi_lora goals\n"
     )
     return deck
 
@@ -76,6 +79,22 @@ def test_sections_without_a_result_say_not_measured_yet_and_fill_in_when_one_lan
     assert page.count(NOT_MEASURED_YET) == 1  # multi_lora still has none
     dlrm = page[page.index('id="slide-2"') : page.index('id="slide-3"')]
     assert "0.314" in dlrm and "4.61" in dlrm and "NVIDIA H100 80GB HBM3" in dlrm
+
+
+def test_a_slide_table_keeps_the_columns_and_rows_named_and_drops_unmeasured_ones():
+    headers = ["shape (M×K×N, rank)", "pass", "ours: best", "v1", "v2", "eager", "torch.compile", "nemo"]
+    rows = [[f"s{i}", "fwd", f"+{i}%", "1", "2", "3", "4", NOT_MEASURED] for i in range(5)]
+    table = Table("caption", headers, rows)
+    picked = slide_table(table, "shape,pass,ours,eager,torch.compile,NeMo", rows="2-3")
+    assert picked.headers == ["shape (M×K×N, rank)", "pass", "ours: best", "eager", "torch.compile"]
+    assert picked.rows == [["s1", "fwd", "+1%", "3", "4"], ["s2", "fwd", "+2%", "3", "4"]]
+    assert picked.caption == "caption" and slide_table(table, "v1", rows="4-").rows == [["1"], ["1"]]
+    with pytest.raises(ValueError, match=f"7 columns do not fit a slide \\({MAX_COLUMNS} at most\\)"):
+        slide_table(table)  # the unmeasured column is dropped, seven are left
+    with pytest.raises(LookupError, match="'v' begins 2 headers"):
+        slide_table(table, "shape,v")
+    with pytest.raises(ValueError, match="rows=4-9: the table has 5 rows"):
+        slide_table(table, "shape", rows="4-9")
 
 
 def test_ink_tells_a_blank_picture_from_a_drawn_one(tmp_path):
@@ -108,12 +127,15 @@ def test_the_render_check_catches_a_missing_picture_and_an_overflowing_slide(tmp
     long = tmp_path / "long.py"  # too long to fit at the smallest font: clipped inside its box
     long.write_text("def short():\n    return 1\n\n\ndef long():\n" + "    x = 1\n" * 200 + "    return x\n")
     code = "::: code long.py short\n\n::: code long.py long\n"
+    tiny = '<p style="font-size: 12px">too small for the back of the room</p>'
     deck.write_text(
         f'# Broken\n---\n## a\n<img src="img/nowhere.png" alt="x">\n---\n## b\n{items}\n---\n## c\n{code}'
+        f"\n---\n## d\n{tiny}\n"
     )
     built = render_deck(deck, tmp_path / "out", tmp_path)
     result = check_deck(built.html, tmp_path / "shots", chromium)
     assert result.missing_images == ["img/nowhere.png"]
     assert result.overflowing == [3, 4]
+    assert result.small_text == [4, 5]  # the long code shrank under its floor; a 12 px paragraph
     # the slide whose only content is a broken picture is (nearly) blank: its screenshot says so too
-    assert result.problems[2:] == ["slide-02.png is blank"]
+    assert result.problems[3:] == ["slide-02.png is blank"]
