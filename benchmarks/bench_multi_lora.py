@@ -42,7 +42,7 @@ from lecture_code import bench as bu
 from lecture_code.results.goals import goals_for
 
 # (T, L, r, slice widths, K). The first four rows are the shapes of RESULTS.md's goals.
-ISSUE = [(T, 8, 16, (4096,), 4096) for T in (16, 256, 4096, 16384)]
+GOAL_SHAPES = [(T, 8, 16, (4096,), 4096) for T in (16, 256, 4096, 16384)]
 SWEEP = [
     (256, 1, 16, (4096,), 4096),
     (256, 32, 16, (4096,), 4096),
@@ -57,7 +57,7 @@ GATHER_LIMIT_MB = 2048
 SCALE = 2.0
 
 
-def issue_goals() -> dict[int, tuple[float | None, float | None]]:
+def goal_bounds() -> dict[int, tuple[float | None, float | None]]:
     """``{T: (µs bound, % of copy bound)}`` for the goals' rows, read from the one goals table
     (:mod:`lecture_code.results.goals`: keys ``"T=16 µs"``, ``"T=4096 % copy"`` …); ``None``: no goal."""
     goals: dict[int, tuple[float | None, float | None]] = {}
@@ -68,7 +68,7 @@ def issue_goals() -> dict[int, tuple[float | None, float | None]]:
     return goals
 
 
-GOALS = issue_goals()
+GOALS = goal_bounds()
 
 
 def _vllm_provider(x, a, b, ids, widths):
@@ -242,7 +242,7 @@ def plot(rows, path: Path, meta) -> None:
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="tiny sizes (the default on a CPU)")
-    p.add_argument("--issue-only", action="store_true", help="only the issue's four rows")
+    p.add_argument("--goals-only", action="store_true", help="only the four rows of RESULTS.md's goals")
     p.add_argument(
         "--dtype", default=None, choices=["bfloat16", "float16", "float32"], help="default bf16 (fp32 on CPU)"
     )
@@ -254,7 +254,7 @@ def main(argv=None) -> None:
     dtype = (
         getattr(torch, args.dtype) if args.dtype else (torch.bfloat16 if bu.on_gpu(device) else torch.float32)
     )
-    shapes = QUICK if quick else ISSUE + ([] if args.issue_only else SWEEP)
+    shapes = QUICK if quick else GOAL_SHAPES + ([] if args.goals_only else SWEEP)
     rows, skipped, copy_cache = [], [], {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)

@@ -1,10 +1,10 @@
-"""``--shard-tables`` in the training loop: the sharded step trains what the replicated step trains, and its
-checkpoint (full tables, gathered) resumes at another world size, resharded.
+"""``--shard-tables`` in the training loop: the sharded step trains what one process trains on the global
+batch, and its checkpoint (full tables, gathered) resumes at another world size.
 
-Two gloo ranks train two steps with the tables sharded (some row-wise) and, separately, replicated (the fused
-data-parallel step): the checkpoints agree to float rounding. The sharded checkpoint then resumes at one rank
-(unsharded) without further steps: the re-written checkpoint holds exactly the saved tables and Adagrad
-state, and the holdout metrics over the same rows agree.
+Two gloo ranks train two steps with the tables sharded (some row-wise); one process with the whole tables
+trains the same steps on both ranks' batches: losses and weights agree to float rounding. The sharded
+checkpoint then resumes at one rank (unsharded) without further steps: the re-written checkpoint holds
+exactly the saved tables and Adagrad state, and the holdout metrics over the same rows agree.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from lecture_code.training import TrainConfig, read_checkpoint, train
+from lecture_code import data as criteo
+from lecture_code.training import TrainConfig, build, make_train_step, read_checkpoint, train
 from lecture_code.training.launch import train_processes
 from lecture_code.training.train import check_config
 
@@ -62,14 +63,34 @@ def _assert_same_tables(got: dict, want: dict, **tol) -> None:
             assert torch.equal(moment, saved["momentum"]), f"momentum of table {f}"
 
 
+def _global_batches(cfg: TrainConfig, world_size: int):
+    """The batches ``world_size`` ranks train on, step by step, concatenated in rank order."""
+    shards = [
+        criteo.load_shard(cfg.data_dir, cfg.holdout_fraction, cfg.seed, r, world_size)
+        for r in range(world_size)
+    ]
+    for step in range(cfg.steps):
+        parts = [
+            next(criteo.iter_batches(s.train, cfg.batch_size, seed=cfg.seed, start_batch=step))
+            for s in shards
+        ]
+        yield criteo.Batch(*(torch.cat(columns) for columns in zip(*parts, strict=True)))
+
+
 @pytest.mark.slow
-def test_sharded_training_equals_the_replicated_data_parallel_step(sharded_at_two, tmp_path):
+def test_sharded_training_equals_one_process_over_the_global_batch(sharded_at_two):
+    """Two ranks with sharded tables train what one process with the whole tables trains on both ranks'
+    batches (the replicated data-parallel step equals the same, tests/train/test_fused_data_parallel.py)."""
     cfg, results, sharded = sharded_at_two
-    replicated_cfg = replace(cfg, run_dir=str(tmp_path / "replicated"), shard_tables=False)
-    replicated = train_processes(replicated_cfg, 2)
-    torch.testing.assert_close(torch.tensor(results[0].losses), torch.tensor(replicated[0].losses), **TOL)
-    _assert_same_tables(sharded, read_checkpoint(tmp_path / "replicated" / "checkpoint.pt"), **TOL)
-    assert any(float(s["momentum"].abs().sum()) > 0 for s in sharded["embedding_optimizer"]["state"].values())
+    _, _, model, optimizers, _ = build(replace(cfg, shard_tables=False))  # one process, the unsharded model
+    step = make_train_step(model, [o for o in optimizers if o is not None])
+    losses = [float(step(batch)) for batch in _global_batches(cfg, 2)]
+    torch.testing.assert_close(torch.tensor(results[0].losses), torch.tensor(losses), **TOL)
+    for key, value in model.state_dict().items():
+        close = TOL if "sparse_arch" in key else WEIGHT_TOL
+        torch.testing.assert_close(sharded["model"][key], value, **close, msg=lambda m, k=key: f"{k}: {m}")
+    moments = [s["momentum"] for s in sharded["embedding_optimizer"]["state"].values()]
+    assert any(float(m.abs().sum()) > 0 for m in moments)  # the tables' Adagrad state was updated
 
 
 # Resumed in this process (world size 1): the gathered tables load unsharded. Resharding onto 3 ranks is

@@ -14,11 +14,11 @@ from lecture_code.results.goals import goals_for
 from lecture_code.results.section import NOT_MEASURED, GoalCheck, Headline, Section, Table, num, pct
 from lecture_code.results.sources import ResultFile
 
-__all__ = ["BASELINES", "ISSUE_SHAPES", "OURS", "build"]
+__all__ = ["BASELINES", "GOAL_SHAPES", "OURS", "build"]
 
 OURS = "ours"
 BASELINES = ("vllm", "torch gather+bmm", "torch gather+bmm (graph)", "torch loop")
-ISSUE_SHAPES = {T: f"T={T} L=8 r=16 N=4096" for T in (16, 256, 4096, 16384)}  # bench_multi_lora.ISSUE
+GOAL_SHAPES = {T: f"T={T} L=8 r=16 N=4096" for T in (16, 256, 4096, 16384)}  # bench_multi_lora.GOAL_SHAPES
 _COLUMN = {"µs": "us", "% copy": "% copy"}
 
 
@@ -50,7 +50,7 @@ def build(result: ResultFile) -> Section:
                 num(us(shape, "ours (graph)")),
                 *[num(us(shape, b)) for b in BASELINES],
             ]
-            for T, shape in ISSUE_SHAPES.items()
+            for T, shape in GOAL_SHAPES.items()
         ],
     )
     sweep_table = Table(
@@ -70,7 +70,7 @@ def build(result: ResultFile) -> Section:
     goals = []
     for goal in goals_for("multi_lora"):
         T, metric = goal.key.split(" ", 1)
-        shape = ISSUE_SHAPES[int(T.removeprefix("T="))]
+        shape = GOAL_SHAPES[int(T.removeprefix("T="))]
         value = _float(at.get((shape, OURS)), _COLUMN[metric])
         shown = NOT_MEASURED if value is None else (f"{num(value)} µs" if metric == "µs" else pct(value))
         goals.append(GoalCheck(goal, value, shown if value is None else f"{shown} ({OURS}, {shape})"))
@@ -97,7 +97,7 @@ def _determinism(split: float | None, atomic: float | None) -> str:
 
 def _headline(shapes: list[str], us, dtype: str) -> Headline:
     """The goals' shapes when the file has them, else every shape in it: ours against the baselines."""
-    measured = [s for s in ISSUE_SHAPES.values() if us(s, OURS) is not None] or shapes
+    measured = [s for s in GOAL_SHAPES.values() if us(s, OURS) is not None] or shapes
     parts = []
     for shape in measured:
         others = [f"{b} {num(us(shape, b))}" for b in BASELINES if us(shape, b) is not None]
