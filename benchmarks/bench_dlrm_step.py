@@ -1,4 +1,4 @@
-"""Benchmark one DLRM training step (SGD), implementation by implementation: the waterfall's table with our rows.
+"""Benchmark one DLRM training step (SGD), implementation by implementation: the waterfall's rows.
 
 Kaggle preset (bottom 13-512-256-64-16, top 367-512-256-1, D = 16) with the 26 Kaggle table sizes (33.8M rows,
 2 GiB of fp32 embeddings), batch 2048, uniform and Zipf ids. Per implementation

@@ -4,8 +4,8 @@ Kernels: bias+ReLU (``relu(x + bias)``) and add-mul-activation (``act(x + bias +
 rows × 4096 columns. Metric: GB/s = bytes read + written / median *device* time; the reference is the measured
 ``y.copy_(x)`` bandwidth on the same device and size, timed the same way. A second column, ``host us``, is the
 CPU time per call: where it exceeds the device time, a loop of such calls is launch-bound, whatever the
-kernel (see lecture_code.bench). Goal (RESULTS.md): Triton v1 ≥ 95% of the copy reference at large sizes, and no
-slower than torch.compile at small ones.
+kernel (see lecture_code.bench). Goal (RESULTS.md): Triton v1 ≥ 95% of the copy reference at large sizes,
+and no slower than torch.compile at small ones.
 
     python -m benchmarks.bench_pointwise            # GPU: full sweep, fp32 and bf16
     python -m benchmarks.bench_pointwise --quick    # tiny sizes (CPU: Triton runs in the interpreter)
