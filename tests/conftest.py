@@ -21,7 +21,7 @@ def _share_the_cores_between_workers() -> None:
     """Under pytest-xdist, each worker (and the notebook kernels and processes it starts, through
     ``OMP_NUM_THREADS``) gets its share of the cores. Two workers with torch's default of one thread per core
     each oversubscribe the machine, and OpenMP's spinning threads then wait on each other (measured on a
-    busy 2-core machine: notebook 01's training run, at 100 steps, took 71 s with two threads, 22 s with one)."""
+    busy 2-core machine: notebook 01's training run at 100 steps took 71 s on two threads, 22 s on one)."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
     if workers > 1:
         threads = max(1, (os.cpu_count() or 1) // workers)

@@ -12,4 +12,4 @@ def test_the_multi_lora_bench_takes_its_goals_from_the_table():
     as_table = {f"T={T} µs": us for T, (us, _) in bench_multi_lora.GOALS.items() if us is not None}
     as_table |= {f"T={T} % copy": pct for T, (_, pct) in bench_multi_lora.GOALS.items() if pct is not None}
     assert as_table == {g.key: g.bound for g in goals}
-    assert set(bench_multi_lora.GOALS) <= {T for T, *_ in bench_multi_lora.GOAL_SHAPES}  # each goal's row runs
+    assert set(bench_multi_lora.GOALS) <= {T for T, *_ in bench_multi_lora.GOAL_SHAPES}  # goals are run
