@@ -31,7 +31,7 @@ WEIGHT_TOL = dict(rtol=1e-4, atol=1e-5)
 
 def _config(data, run_dir, **overrides) -> TrainConfig:
     base = dict(
-        data_dir=str(data), run_dir=str(run_dir), steps=STEPS, batch_size=64, holdout_fraction=0.01,
+        data_dir=str(data), run_dir=str(run_dir), steps=STEPS, batch_size=64, holdout_fraction=0.005,
         log_every=1, checkpoint_every=0, progress=False, device="cpu", backend="fused",
         optimizer="rowwise_adagrad", lr=0.05, shard_tables=True,
         row_wise_above_mb=0.002,  # the tables above 2 KiB split by rows over every rank
