@@ -1,19 +1,20 @@
 """Notebook 05's waterfall: the training step after each fusion, in the order the lecture applies them.
 
 :func:`~lecture_code.perf.dlrm_step.measure` times the implementations of :mod:`.dlrm_step`; here they become
-*steps* of one story, each with what it does (:data:`STEPS`). The row above a step is not always the one it
-builds on (``compile, dense grads`` builds on ``eager, dense grads``, ``fused`` on ``packed + index_add_``
-without the graph), so ``vs_previous`` and the sentences' comparisons with "the step above" can mix two
-changes: at ``fused`` the CUDA graph's loss and the kernels' swap. :func:`waterfall_rows`
-orders the measured rows and adds the ratio to the previous step and to the first; :func:`waterfall_chart`
-draws them; :func:`waterfall_sentences` states what the numbers say (which step helped, by how much, whether
-the last step's GPU or host time bounds it, and the goal), so the notebook's prose never cites a number that
-no cell printed. The goal (:data:`GOAL_MS`) is RESULTS.md's, for the Kaggle preset at batch 2048 on an H100.
+*steps* of one story, each with what it does (:data:`STEPS`) and the step it changes one thing over
+(:data:`BUILDS_ON`), which is not always the row above it: ``compile, dense grads`` builds on ``eager, dense
+grads``, ``fused`` on ``packed + index_add_`` (our kernels for torch's, both without a graph). So a step is
+judged against the step it builds on (``vs_base``), never against a row that differs in two things.
+:func:`waterfall_rows` orders the measured rows and adds the factors; :func:`lever_table` sets the two
+levers of the middle rows apart, {torch ops, our kernels} × {no graph, CUDA graph}; :func:`waterfall_chart`
+draws the rows; :func:`waterfall_sentences` states what the numbers say (which step helped, by how much,
+which lever earned what, whether the fastest step's GPU or host time bounds it, and the goal), so the
+notebook's prose never cites a number that no cell printed. The goal (:data:`GOAL_MS`) is RESULTS.md's, for
+the Kaggle preset at batch 2048 on an H100.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,7 +25,15 @@ from lecture_code.perf.dlrm_step import StepResult
 from lecture_code.profiling.trace_plots import save_figure
 from lecture_code.results.goals import goals_for
 
-__all__ = ["GOAL_MS", "STEPS", "waterfall_chart", "waterfall_rows", "waterfall_sentences"]
+__all__ = [
+    "BUILDS_ON",
+    "GOAL_MS",
+    "STEPS",
+    "lever_table",
+    "waterfall_chart",
+    "waterfall_rows",
+    "waterfall_sentences",
+]
 
 GOAL_MS = next(g.bound for g in goals_for("dlrm_step") if g.key == "kaggle, batch 2048")  # one source
 """The goal (RESULTS.md): ms per training step, Kaggle preset, batch 2048, one H100."""
@@ -50,12 +59,39 @@ STEPS: dict[str, str] = {
     "fused + MLP SGD in backward, atomic SGD, TF32, CUDA graph": "the SGD-in-backward step on TF32",
 }
 """Each implementation of :data:`~lecture_code.perf.dlrm_step.IMPLEMENTATIONS`, in the lecture's order, with
-what it does (over the step it builds on, which is not always the one before it: see the module docstring)."""
+what it does over the step it builds on (:data:`BUILDS_ON`)."""
+
+BUILDS_ON: dict[str, str | None] = {
+    "eager, dense grads": None,
+    "eager, sparse grads": "eager, dense grads",
+    "compile, dense grads": "eager, dense grads",
+    "packed + index_add_": "eager, sparse grads",
+    "packed + index_add_, CUDA graph": "packed + index_add_",
+    "fused": "packed + index_add_",
+    "fused, CUDA graph": "fused",
+    "fused + compiled MLPs, CUDA graph": "fused, CUDA graph",
+    "fused + compiled MLPs, atomic SGD, CUDA graph": "fused + compiled MLPs, CUDA graph",
+    "fused + MLP SGD in backward, atomic SGD, CUDA graph": "fused + compiled MLPs, atomic SGD, CUDA graph",
+    "fused + compiled MLPs, atomic SGD, TF32, CUDA graph": "fused + compiled MLPs, atomic SGD, CUDA graph",
+    "fused + MLP SGD in backward, atomic SGD, TF32, CUDA graph": (
+        "fused + MLP SGD in backward, atomic SGD, CUDA graph"
+    ),
+}
+"""The step each one changes one thing over (``None``: the first). Its ``vs_base`` is measured against it."""
+
+LEVERS = {  # (ops, graph) -> implementation: the two levers of the middle rows, one at a time
+    ("torch ops", "no graph"): "packed + index_add_",
+    ("torch ops", "CUDA graph"): "packed + index_add_, CUDA graph",
+    ("our kernels", "no graph"): "fused",
+    ("our kernels", "CUDA graph"): "fused, CUDA graph",
+}
 
 
 def waterfall_rows(results: Sequence[StepResult], ids: str = "uniform") -> list[dict]:
     """The measured rows of id distribution ``ids`` in :data:`STEPS` order (failed or unmeasured ones left
-    out), each with ``change`` (what it does), ``vs_previous`` and ``vs_first`` (speed-up factors)."""
+    out), each with ``change`` (what it does), ``builds_on`` (:data:`BUILDS_ON`), and the speed-up factors
+    ``vs_base`` (over the step it builds on; NaN where that one was not measured), ``vs_previous`` (over the
+    row above, which may differ in more than one thing) and ``vs_first``."""
     by_name = {r.implementation: r for r in results if r.ids == ids and not r.error}
     rows: list[dict] = []
     for name, change in STEPS.items():
@@ -64,10 +100,13 @@ def waterfall_rows(results: Sequence[StepResult], ids: str = "uniform") -> list[
             continue
         first = rows[0]["ms_per_step"] if rows else r.ms_per_step
         previous = rows[-1]["ms_per_step"] if rows else r.ms_per_step
+        base = next((row for row in rows if row["implementation"] == BUILDS_ON[name]), None)
         rows.append(
             {
                 "implementation": name,
                 "change": change,
+                "builds_on": BUILDS_ON[name],
+                "vs_base": base["ms_per_step"] / r.ms_per_step if base else math.nan,
                 "ms_per_step": r.ms_per_step,
                 "ms_min": r.ms_min,
                 "ms_max": r.ms_max,
@@ -82,9 +121,36 @@ def waterfall_rows(results: Sequence[StepResult], ids: str = "uniform") -> list[
     return rows
 
 
+def lever_table(rows: Sequence[dict]) -> list[dict]:
+    """The middle of the waterfall as two levers: ms per step of {torch ops, our kernels} × {no graph,
+    CUDA graph} (:data:`LEVERS`; ``None`` where not measured), one row per kind of ops, with the graph's
+    factor in each row; the kernels' factor at each graph setting is in :func:`waterfall_sentences`."""
+    ms = {r["implementation"]: r["ms_per_step"] for r in rows}
+    table = []
+    for ops in ("torch ops", "our kernels"):
+        plain, graph = (ms.get(LEVERS[(ops, g)]) for g in ("no graph", "CUDA graph"))
+        factor = plain / graph if plain and graph else None
+        table.append({"ops": ops, "no graph ms": plain, "CUDA graph ms": graph, "graph ×": factor})
+    return table
+
+
+def _lever_sentence(rows: Sequence[dict]) -> str | None:
+    """Which lever earned what, from :func:`lever_table`: the graph's factor for each kind of ops, and our
+    kernels' factor over torch ops with and without the graph. ``None`` without all four cells."""
+    (torch_ops, ours) = lever_table(rows)
+    cells = [torch_ops["no graph ms"], torch_ops["CUDA graph ms"], ours["no graph ms"], ours["CUDA graph ms"]]
+    if any(c is None for c in cells):
+        return None
+    return (
+        f"The two levers apart: the CUDA graph ×{torch_ops['graph ×']:.2f} for torch ops and "
+        f"×{ours['graph ×']:.2f} for our kernels; our kernels over torch ops ×{cells[0] / cells[2]:.2f} "
+        f"without a graph and ×{cells[1] / cells[3]:.2f} in one."
+    )
+
+
 def waterfall_chart(rows: Sequence[dict], png_path: str | Path, title: str, subtitle: str) -> Path:
     """Horizontal bars of ms per step, top to bottom in the lecture's order, whiskers from min to max of the
-    repeats, each labelled with its median and its factor over the step above; a dashed line at
+    repeats, each labelled with its median and its factor over the step it builds on; a dashed line at
     :data:`GOAL_MS` where the axis reaches it."""
     fig = Figure(figsize=(10, 1.5 + 0.55 * len(rows)))
     ax = fig.subplots()
@@ -94,7 +160,7 @@ def waterfall_chart(rows: Sequence[dict], png_path: str | Path, title: str, subt
     hi = [max(r["ms_max"] - m, 0.0) for m, r in zip(ms, rows, strict=True)]
     ax.barh(ys, ms, xerr=[lo, hi], color="tab:blue", capsize=3, ecolor="0.3")
     for y, r in zip(ys, rows, strict=True):
-        factor = "" if y == 0 else f"  (×{r['vs_previous']:.2f} vs above)"
+        factor = "" if not math.isfinite(r["vs_base"]) else f"  (×{r['vs_base']:.2f} vs {r['builds_on']!r})"
         ax.text(r["ms_max"], y, f" {r['ms_per_step']:.3g} ms{factor}", va="center", fontsize=8)
     right = max(r["ms_max"] for r in rows)
     if GOAL_MS < right:
@@ -123,21 +189,26 @@ def waterfall_sentences(rows: Sequence[dict], on_gpu: bool, kaggle_batch_2048: b
         f"From {first['implementation']!r} ({first['ms_per_step']:.3g} ms) to {last['implementation']!r} "
         f"({last['ms_per_step']:.3g} ms): ×{last['vs_first']:.2f}."
     ]
-    # (step above, step): a step helped or hurt only when their min–max ranges do not overlap
-    pairs = list(itertools.pairwise(rows))
-    helped = [r for above, r in pairs if r["ms_max"] < above["ms_min"]]
-    hurt = [r for above, r in pairs if r["ms_min"] > above["ms_max"]]
+    # (base, step): a step helped or hurt only when their min–max ranges do not overlap
+    by_name = {r["implementation"]: r for r in rows}
+    pairs = [(by_name[r["builds_on"]], r) for r in rows if r["builds_on"] in by_name]
+    helped = [r for base, r in pairs if r["ms_max"] < base["ms_min"]]
+    hurt = [r for base, r in pairs if r["ms_min"] > base["ms_max"]]
     if helped:
-        biggest = max(helped, key=lambda r: r["vs_previous"])
+        biggest = max(helped, key=lambda r: r["vs_base"])
         out.append(
             f"The largest step beyond the spread of the repeats: {biggest['implementation']!r}, "
-            f"×{biggest['vs_previous']:.2f} over the step above it ({biggest['change']})."
+            f"×{biggest['vs_base']:.2f} over {biggest['builds_on']!r}, the step it builds on "
+            f"({biggest['change']})."
         )
     for r in hurt:
         out.append(
-            f"{r['implementation']!r} is slower than the step above it (×{r['vs_previous']:.2f}), beyond "
-            f"the spread of the repeats."
+            f"{r['implementation']!r} is slower than {r['builds_on']!r}, the step it builds on "
+            f"(×{r['vs_base']:.2f}), beyond the spread of the repeats."
         )
+    levers = _lever_sentence(rows)
+    if levers:
+        out.append(levers)
     out.append(
         f"Fastest: {best['implementation']!r}, {best['ms_per_step']:.3g} ms per step, "
         f"{best['samples_per_s']:,.0f} samples/s."

@@ -6,8 +6,10 @@ import pytest
 
 from lecture_code.perf.dlrm_step import IMPLEMENTATIONS, StepResult
 from lecture_code.perf.fusion_waterfall import (
+    BUILDS_ON,
     GOAL_MS,
     STEPS,
+    lever_table,
     waterfall_chart,
     waterfall_rows,
     waterfall_sentences,
@@ -21,7 +23,10 @@ def _result(name, ms, ids="uniform", spread=0.05, gpu_ms=None, host_ms=1.0, erro
 
 
 def test_steps_name_every_implementation_once():
-    assert sorted(STEPS) == sorted(IMPLEMENTATIONS)
+    assert sorted(STEPS) == sorted(IMPLEMENTATIONS) == sorted(BUILDS_ON)
+    order = list(STEPS)
+    for name, base in BUILDS_ON.items():  # each builds on an earlier step (the first on none)
+        assert base is None if name == order[0] else order.index(base) < order.index(name), name
 
 
 def test_rows_follow_the_lecture_order_with_their_factors():
@@ -37,6 +42,9 @@ def test_rows_follow_the_lecture_order_with_their_factors():
     rows = waterfall_rows(results, "uniform")
     assert [r["implementation"] for r in rows] == ["eager, dense grads", "packed + index_add_", "fused"]
     assert [r["vs_previous"] for r in rows] == pytest.approx([1.0, 4.0, 2.0])
+    # packed builds on 'eager, sparse grads' (not measured here), fused on packed
+    assert [r["builds_on"] for r in rows] == [None, "eager, sparse grads", "packed + index_add_"]
+    assert math.isnan(rows[0]["vs_base"]) and math.isnan(rows[1]["vs_base"]) and rows[2]["vs_base"] == 2.0
     assert [r["vs_first"] for r in rows] == pytest.approx([1.0, 4.0, 8.0])
     assert rows[1]["change"] == STEPS["packed + index_add_"]
     assert [r["implementation"] for r in waterfall_rows(results, "zipf")] == ["eager, sparse grads"]
@@ -46,19 +54,35 @@ def test_sentences_say_what_the_numbers_say():
     rows = waterfall_rows(
         [
             _result("eager, dense grads", 6.0),
+            _result("eager, sparse grads", 4.0),
             _result("packed + index_add_", 3.0),
-            _result("packed + index_add_, CUDA graph", 3.05),  # within the spread: neither helped nor hurt
+            _result("packed + index_add_, CUDA graph", 0.5),
+            _result("fused", 3.5),  # our kernels without a graph: slower than torch ops without one
             _result("fused, CUDA graph", 0.30, gpu_ms=0.28, host_ms=0.02),
         ]
     )
     text = " ".join(waterfall_sentences(rows, on_gpu=True, kaggle_batch_2048=True))
     assert "×20.00" in text  # 6.0 / 0.30 from first to last
-    assert "largest step beyond the spread of the repeats: 'fused, CUDA graph', ×10.17" in text
-    assert "slower than the step above" not in text
+    # judged against the step each builds on: 'fused' against 'packed + index_add_', not the graph row above
+    assert "largest step beyond the spread of the repeats: 'fused, CUDA graph', ×11.67 over 'fused'" in text
+    assert "'fused' is slower than 'packed + index_add_', the step it builds on (×0.86)" in text
+    assert (
+        "the CUDA graph ×6.00 for torch ops and ×11.67 for our kernels; our kernels over torch ops ×0.86 "
+        "without a graph and ×1.67 in one" in text
+    )
     assert "the GPU's work sets the pace" in text
     assert f"RESULTS.md's goal here is ≤ {GOAL_MS} ms per step." in text
     assert "The fastest step at fp32, 'fused, CUDA graph' (0.3 ms), meets it" in text
     assert "with TF32" not in text  # no TF32 row measured: no TF32 verdict
+    table = lever_table(rows)
+    assert [(r["ops"], r["no graph ms"], r["CUDA graph ms"]) for r in table] == [
+        ("torch ops", 3.0, 0.5),
+        ("our kernels", 3.5, 0.30),
+    ]
+    assert [r["graph ×"] for r in table] == pytest.approx([6.0, 3.5 / 0.3])
+    partial = lever_table(rows[:3])  # no graph rows: the graph cells say so, and no lever sentence
+    assert partial[0]["CUDA graph ms"] is None and partial[0]["graph ×"] is None
+    assert "levers" not in " ".join(waterfall_sentences(rows[:3], on_gpu=True, kaggle_batch_2048=True))
 
     tf32 = waterfall_rows(
         [
@@ -72,10 +96,10 @@ def test_sentences_say_what_the_numbers_say():
     assert "with TF32, 'fused + compiled MLPs, atomic SGD, TF32, CUDA graph' (0.33 ms), meets it" in text
 
     slow = waterfall_rows(
-        [_result("eager, dense grads", 1.0, gpu_ms=0.5, host_ms=1.5), _result("fused", 2.0)]
+        [_result("eager, dense grads", 1.0, gpu_ms=0.5, host_ms=1.5), _result("eager, sparse grads", 2.0)]
     )
     text = " ".join(waterfall_sentences(slow, on_gpu=True, kaggle_batch_2048=True))
-    assert "'fused' is slower than the step above it (×0.50)" in text
+    assert "'eager, sparse grads' is slower than 'eager, dense grads', the step it builds on (×0.50)" in text
     assert "the host issuing it sets the pace" in text
     assert "at fp32, 'eager, dense grads' (1 ms), misses it" in text  # the fastest is eager, 1.0 ms
 
