@@ -1,9 +1,11 @@
 """Your turn: a linear layer with its bias and ReLU in the GEMM's epilogue, ``out = relu(x Wᵀ + b)``.
 
-The kernel below is the GEMM notebook's tiled matmul with ``b = Wᵀ`` read through W's strides: the K loop is
-written, the accumulator ``acc`` holds this tile of ``x Wᵀ`` in fp32. Complete the epilogue (the TODO): load
-the tile's ``BLOCK_N`` entries of the bias (masked: the last column block runs past N), add them to every
-row of ``acc``, apply the ReLU, then store. Check it with ``check_linear_relu(linear_relu.linear_relu)``.
+The kernel below is a tiled matmul like the GEMM notebook's step 1 (a 2-D grid of output tiles; x, W and
+out contiguous), the tile of ``b = Wᵀ`` loaded from W ``[N, K]`` directly: the K loop is written, the
+accumulator ``acc`` holds this tile of ``x Wᵀ`` in fp32. Complete the epilogue (the TODO): load the tile's
+``BLOCK_N`` entries of the bias (masked: the last column block runs past N), add them to every row of
+``acc``, apply the ReLU as ``torch.relu`` does (a NaN stays NaN), then store. Check it with
+``check_linear_relu(linear_relu.linear_relu)``.
 """
 
 from __future__ import annotations

@@ -38,7 +38,8 @@ def _linear_relu_kernel(
             x, wt = x.to(tl.float32), wt.to(tl.float32)
         acc = tl.dot(x, wt, acc, input_precision="ieee")
     bias = tl.load(bias_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
-    acc = tl.maximum(acc + bias[None, :], 0.0)  # the epilogue: bias, then ReLU, in registers
+    z = acc + bias[None, :]  # the epilogue, in registers: the bias, then the ReLU
+    acc = tl.where(z < 0, 0.0, z)  # as torch.relu: NaN stays NaN (tl.maximum(z, 0.0) would give 0)
     out_ptrs = out_ptr + rows[:, None] * N + cols[None, :]
     tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
 
