@@ -88,6 +88,7 @@ lives in a 1-element device tensor (``lr_tensor``) that a schedule, or a CUDA-gr
 
 from __future__ import annotations
 
+import functools
 import numbers
 from collections.abc import Sequence
 
@@ -529,9 +530,15 @@ class _TBEExchangeFunction(torch.autograd.Function):
         return (None,) * 15
 
 
-@torch.compiler.disable
-def _with_exchange(*args):
+def _apply_with_exchange(*args):
     return _TBEExchangeFunction.apply(*args)
+
+
+@functools.cache
+def _with_exchange():
+    """:func:`_apply_with_exchange` kept out of torch.compile's graphs; made on first use, since
+    ``torch.compiler.disable`` imports the compiler's tracer (2.4 s of every process's start otherwise)."""
+    return torch.compiler.disable(_apply_with_exchange)
 
 
 def embedding_tbe(
@@ -592,7 +599,7 @@ def embedding_tbe(
     args = (weight, table_offsets, flat, offsets, state if adagrad else None, lr, B, bag_size, mean, adagrad,
             float(eps), deterministic, check_ids)  # fmt: skip
     if exchange is not None:
-        return _with_exchange(_TRIGGER, *args, exchange)
+        return _with_exchange()(_TRIGGER, *args, exchange)
     return _lookup_op(_TRIGGER, *args)
 
 
