@@ -192,3 +192,34 @@ def test_fused_dlrm_train_step_inductor_gpu(seed):
     loss_fn(out, labels).backward()
     loss_fn(want, labels).backward()
     torch.testing.assert_close(model.sparse_arch.weight, eager.sparse_arch.weight, atol=1e-6, rtol=1e-6)
+
+
+def test_the_exchange_path_is_the_one_graph_break_and_trains_as_eager():
+    """``embedding_tbe(exchange=...)`` (the data-parallel path: a callable run in backward) runs outside
+    the compiled graph by design: with ``fullgraph=True`` it is refused, without it the tables get the same
+    update as eager and the exchange is called once per backward."""
+    from kernels.dlrm.embedding_tbe import embedding_tbe, table_offsets_for
+
+    sizes, D = (5, 7), 4
+    offsets = table_offsets_for(sizes, device=DEVICE)
+    ids = torch.stack([torch.randint(0, n, (6,), device=DEVICE) for n in sizes], dim=1)  # [B, F]
+    calls = []
+
+    def exchange(flat_ids, grad):
+        calls.append(flat_ids.numel())
+        return flat_ids, grad
+
+    def step(weight):
+        out = embedding_tbe(weight, offsets, ids, optimizer="sgd", lr=0.1, exchange=exchange)
+        return (out * out).sum()
+
+    start = torch.randn(sum(sizes), D, device=DEVICE)
+    # first: dynamo caches what it compiled per function, and a cached graph-broken step would not refuse
+    with pytest.raises(Exception, match="marked as skipped"):
+        torch.compile(step, backend="aot_eager", fullgraph=True)(start.clone())
+    eager, compiled = start.clone(), start.clone()
+    step(eager).backward()
+    torch.compile(step, backend="aot_eager")(compiled).backward()
+    assert calls == [ids.numel()] * 2  # the exchange ran in both backwards
+    torch.testing.assert_close(compiled, eager)
+    assert not torch.equal(compiled, start)  # the update happened
