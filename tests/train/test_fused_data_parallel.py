@@ -15,6 +15,7 @@ from lecture_code.model import DLRM, DLRMConfig
 from lecture_code.perf.dlrm_step import make_batches
 from lecture_code.training import distributed, make_optimizers, make_train_step
 from lecture_code.training.data_parallel import make_fused_data_parallel
+from lecture_code.training.graphs import make_graphed_train_step
 from lecture_code.training.launch import spawn
 
 CONFIG = DLRMConfig((6, 40, 3, 200), hashing="modulus", dense_arch_layer_sizes=(8, 16),
@@ -27,9 +28,10 @@ TOL = dict(rtol=1e-5, atol=1e-6)
 two_gpus = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
 
 
-def _train(world: int, optimizer: str, device: str, exchange: bool = True):
+def _train(world: int, optimizer: str, device: str, exchange: bool = True, graph: bool = False):
     """In each rank (or the one process when world is 1): STEPS steps over this rank's slice of each global
-    batch; returns (losses, state_dict on the CPU)."""
+    batch (``graph``: replayed from one CUDA graph, collectives included); returns (losses, state_dict on the
+    CPU, the device type trained on)."""
     info = distributed.from_environment()
     dev = distributed.rank_device(info, device)
     batches = make_batches(CONFIG, PER_RANK * world, STEPS, torch.device("cpu"), ids="zipf", seed=3)
@@ -39,16 +41,19 @@ def _train(world: int, optimizer: str, device: str, exchange: bool = True):
             model = DLRM(CONFIG, backend="fused", embedding_optimizer=optimizer, embedding_lr=LR)
         after = make_fused_data_parallel(model) if info.enabled and exchange else None
         step_opts = [o for o in make_optimizers(model, optimizer, LR) if o is not None]
-        step = make_train_step(model, step_opts, after_backward=after)
-        losses = []
-        for b in batches:
-            mine = slice(info.rank * PER_RANK, (info.rank + 1) * PER_RANK) if info.enabled else slice(None)
-            losses.append(float(step(Batch(*(t[mine] for t in b)).to(dev))))
-        return losses, {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+        mine = slice(info.rank * PER_RANK, (info.rank + 1) * PER_RANK) if info.enabled else slice(None)
+        local = [Batch(*(t[mine] for t in b)).to(dev) for b in batches]
+        if graph:
+            step = make_graphed_train_step(model, step_opts, local[0], after_backward=after)
+        else:
+            step = make_train_step(model, step_opts, after_backward=after)
+        losses = [float(step(b)) for b in local]
+        state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+        return losses, state, next(model.parameters()).device.type
 
 
 def _assert_replicas_equal(results):
-    for _, state in results[1:]:
+    for _, state, _ in results[1:]:
         for key, value in state.items():
             assert torch.equal(value, results[0][1][key]), f"replicas differ in {key}"
 
@@ -64,7 +69,7 @@ def test_ranks_train_what_one_process_trains_on_the_global_batch(world, optimize
     both = spawn(_train_and_control, world, world, optimizer, "cpu", control)
     results = [r[0] for r in both]
     _assert_replicas_equal(results)
-    ref_losses, ref_state = _train(world, optimizer, "cpu")  # one process, no group: rank 0's draws
+    ref_losses, ref_state, _ = _train(world, optimizer, "cpu")  # one process, no group: rank 0's draws
     rank_mean = torch.tensor([r[0] for r in results]).mean(0)  # equal batches: the global mean loss
     torch.testing.assert_close(rank_mean, torch.tensor(ref_losses), **TOL)
     for key, value in ref_state.items():
@@ -79,7 +84,27 @@ def test_ranks_train_what_one_process_trains_on_the_global_batch(world, optimize
 def test_two_gpus_train_what_one_gpu_trains():
     results = spawn(_train, 2, 2, "sgd", "cuda")
     _assert_replicas_equal(results)
-    ref_losses, ref_state = _train(2, "sgd", "cuda")
+    assert {r[2] for r in results} == {"cuda"}
+    ref_losses, ref_state, _ = _train(2, "sgd", "cuda")
     torch.testing.assert_close(torch.tensor([r[0] for r in results]).mean(0), torch.tensor(ref_losses), **TOL)
     for key, value in ref_state.items():
         torch.testing.assert_close(results[0][1][key], value, **TOL)
+
+
+def _train_with_and_without_graph(world: int, optimizer: str):
+    return _train(world, optimizer, "cuda", graph=True), _train(world, optimizer, "cuda")
+
+
+@pytest.mark.gpu
+@two_gpus
+@pytest.mark.parametrize("optimizer", ["sgd", "rowwise_adagrad"])
+def test_two_gpus_train_in_one_cuda_graph_what_they_train_without(optimizer):
+    """The whole data-parallel step, row exchange and MLP all-reduce included, captured in one CUDA graph per
+    rank (NCCL collectives captured with ``capture_error_mode="thread_local"``) and replayed."""
+    both = spawn(_train_with_and_without_graph, 2, 2, optimizer)
+    graphed, plain = [r[0] for r in both], [r[1] for r in both]
+    _assert_replicas_equal(graphed)
+    assert {r[2] for r in graphed} == {"cuda"}
+    torch.testing.assert_close(torch.tensor(graphed[0][0]), torch.tensor(plain[0][0]), **TOL)
+    for key, value in plain[0][1].items():
+        torch.testing.assert_close(graphed[0][1][key], value, **TOL, msg=lambda m, k=key: f"{k}: {m}")

@@ -111,3 +111,10 @@ def test_a_checkpoint_saved_at_two_ranks_resumes_at_one(sharded_at_two, tmp_path
 def test_shard_tables_needs_the_fused_backend():
     with pytest.raises(ValueError, match="--shard-tables .* got --backend eager: pass --backend fused"):
         check_config(TrainConfig(backend="eager", shard_tables=True), world_size=2)
+
+
+def test_shard_tables_refuses_a_cuda_graph_under_torchrun():
+    cfg = TrainConfig(backend="fused", optimizer="sgd", shard_tables=True, cuda_graph=True)
+    check_config(cfg, world_size=1)  # one process shards nothing
+    with pytest.raises(ValueError, match="--shard-tables with --cuda-graph: .* drop --cuda-graph"):
+        check_config(cfg, world_size=2)
