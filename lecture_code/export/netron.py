@@ -75,11 +75,11 @@ def serve_netron(
 
     ``port=None`` lets Netron pick a free one. ``stop()`` shuts the server down (idempotent).
     """
-    import netron
-
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(path)
+    import netron
+
     # netron.serve calls logging.basicConfig(INFO) when the root logger has no handler, which would switch
     # on INFO logs of every library in the process. A temporary handler keeps the caller's logging as is.
     root = logging.getLogger()

@@ -125,7 +125,7 @@ def test_baked_constants_parser():
 def test_the_kernel_file_folder_goes_with_the_capture():
     before = set(glob.glob(f"{tempfile.gettempdir()}/bias_relu_v0_*"))
     v0 = capture_bias_relu_v0(8, 16)
-    v0.run(torch.randn(8, 16), torch.randn(16))  # loads the kernel from its file
+    v0.run(*_inputs(8, 16, v0.result.device))  # loads the kernel from its file
     made = set(glob.glob(f"{tempfile.gettempdir()}/bias_relu_v0_*")) - before
     assert len(made) == 1
     del v0

@@ -56,6 +56,7 @@ def _drawn_pixels(path: Path) -> int:
 
 
 def test_serve_netron_on_loopback_and_stop(onnx_file):
+    pytest.importorskip("netron", reason="the netron package (requirements.txt) is not installed")
     url, stop = serve_netron(onnx_file)
     try:
         assert url.startswith("http://127.0.0.1:")

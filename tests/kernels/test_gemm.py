@@ -42,6 +42,14 @@ DESCRIPTOR_SHAPE = (70, 40, 56)
 ODD_SHAPE = (33, 19, 45)
 
 
+@pytest.fixture
+def on_kernel_device():
+    """Factory calls in the test (torch.randn, torch.empty, …) make tensors where the kernels run: the CPU
+    under the interpreter, the GPU on a GPU machine (where CPU tensors are refused before anything else)."""
+    with runtime.default_device():
+        yield
+
+
 def _poisoned(M, N, dtype, device):
     return torch.empty(M, N, dtype=dtype, device=device).fill_(float("nan"))
 
@@ -153,7 +161,7 @@ def test_persistent_programs_counts():
     assert persistent_programs(32, 32, SMALL, cpu) == 1  # 1 tile: never more programs than tiles
 
 
-def test_descriptor_steps_need_sm90(monkeypatch):
+def test_descriptor_steps_need_sm90(monkeypatch, on_kernel_device):
     a100 = GpuFeatures("NVIDIA A100-SXM4-80GB", (8, 0), 108, 163 * 1024, 164 * 1024)
     monkeypatch.setattr(gpu_features, "features", lambda device: a100)
     assert "sm_90" in descriptors_unmet(torch.device("cuda", 0))
@@ -168,7 +176,7 @@ def test_descriptor_steps_need_sm90(monkeypatch):
 
 
 @pytest.mark.parametrize("step", [*ALL_STEPS], ids=_step_id)
-def test_bad_operands_name_the_argument(step):
+def test_bad_operands_name_the_argument(step, on_kernel_device):
     x = torch.randn(8, 16)
     name = step.__name__
     with pytest.raises(ValueError, match=rf"{name}: b has 8 rows, expected 16 \(a's columns"):
@@ -190,7 +198,7 @@ def test_bad_operands_name_the_argument(step):
         step(x, torch.randn(16, 8), tiles=Tiles(48, 32, 32))
 
 
-def test_descriptor_layouts_are_checked():
+def test_descriptor_layouts_are_checked(on_kernel_device):
     a = torch.randn(20, 16)
     with pytest.raises(ValueError, match=r"a needs a unit last stride, got strides \(1, 20\)"):
         matmul_descriptors(torch.randn(16, 20).t(), torch.randn(16, 8))
@@ -200,7 +208,7 @@ def test_descriptor_layouts_are_checked():
         matmul_descriptors(a, torch.randn(32, 16)[::2, ::2])  # strides (32, 2): neither layout
 
 
-def test_lowrank_checks_its_factors():
+def test_lowrank_checks_its_factors(on_kernel_device):
     x, w = torch.randn(8, 16), torch.randn(16, 8)
     with pytest.raises(ValueError, match=r"lora_a must be \[r, K\] with K = 16 .*got shape \(2, 15\)"):
         matmul_lowrank(x, w, torch.randn(2, 15), torch.randn(8, 2), 1.0)
@@ -215,7 +223,7 @@ def test_lowrank_checks_its_factors():
         matmul_lowrank(x, w, torch.randn(2, 16), torch.randn(8, 2), torch.tensor(1.0))
 
 
-def test_empty_sides():
+def test_empty_sides(on_kernel_device):
     a, b = torch.randn(0, 16), torch.randn(16, 8)
     assert matmul_tiled(a, b).shape == (0, 8)
     got = matmul_persistent(torch.randn(4, 0), torch.randn(0, 8))

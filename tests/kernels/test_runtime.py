@@ -53,11 +53,14 @@ def test_interpreting_reads_the_variable_as_triton_does(value, monkeypatch):
 )
 def test_ensure_mode_turns_the_interpreter_on_only_without_cuda(has_gpu, before, after, monkeypatch):
     monkeypatch.setattr(runtime, "has_gpu", lambda: has_gpu)
+    # set first, so that monkeypatch records the variable's state before the test (unset on a GPU machine)
+    # and restores it, whatever ensure_mode sets; a bare delenv of an unset variable records nothing
+    monkeypatch.setenv("TRITON_INTERPRET", "recorded")
     if before is None:
-        monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+        monkeypatch.delenv("TRITON_INTERPRET")
     else:
         monkeypatch.setenv("TRITON_INTERPRET", before)
-    mode = runtime.ensure_mode()  # monkeypatch restores TRITON_INTERPRET afterwards, whatever this sets
+    mode = runtime.ensure_mode()
     assert os.environ.get("TRITON_INTERPRET") == after
     assert mode == ("gpu" if has_gpu and after != "1" else "cpu-interpreter")
 

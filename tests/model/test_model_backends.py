@@ -59,7 +59,7 @@ def _tables(model: DLRM) -> list[torch.Tensor]:
 def test_one_seed_gives_one_model_in_every_backend():
     eager, fused = (m for m, _ in _pair())
     torch.manual_seed(1234)
-    compiled = DLRM(_config(), backend="compile")  # built, not run: compiling on a CPU takes ~15 s
+    compiled = DLRM(_config(), backend="compile").to(DEVICE)  # built, not run: compiling on a CPU takes ~15 s
     a, b, c = eager.state_dict(), fused.state_dict(), compiled.state_dict()
     assert list(a) == list(b) == list(c)
     for key in a:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 
+from lecture_code.environment import describe
 from lecture_code.lecture import job
 from lecture_code.lecture.job import Step, plan, summary
 
@@ -42,7 +43,11 @@ def test_the_runner_builds_the_slides_and_reports_a_failure(monkeypatch, capsys)
     out = capsys.readouterr().out
     report = out[out.index("make lecture: ") :]
     assert status == 1
-    assert report.splitlines()[0].startswith("make lecture: CPU") and " min in all" in report.splitlines()[0]
+    device = describe()["device"]  # "CPU" here, the GPU's name on a GPU machine
+    assert (
+        report.splitlines()[0].startswith(f"make lecture: {device}")
+        and " min in all" in report.splitlines()[0]
+    )
     lines = {ln.split()[0]: ln for ln in report.splitlines()[2:]}
     assert "skipped" in lines["notebooks"]
     assert "failed" in lines["pictures"] and "→ nowhere" in lines["pictures"]

@@ -130,7 +130,7 @@ def test_checkpoint_of_two_ranks_resumes_in_one_process(two_rank_run, tmp_path):
     assert f"resumed from {run_dir / 'checkpoint.pt'} at step {STEPS}" in messages
     assert any("written at world size 2, this run has 1" in m for m in messages), messages
     for key in ("logloss", "auc", "examples"):  # one process, all holdout rows, the same weights
-        assert same.final[key] == pytest.approx(rank0.final[key], rel=1e-6), key
+        assert same.final[key] == pytest.approx(rank0.final[key], rel=1e-5), key
 
     more = train(replace(one, steps=STEPS + 2), log=messages.append)
     state = torch.load(more.checkpoint, weights_only=True)

@@ -1,9 +1,10 @@
 """Sharded tables (lecture_code.training.sharded_embedding) equal the unsharded table-batched embedding.
 
-W gloo processes on the CPU, each with its own batch (of a different size per rank) of ``[B, F, L]`` bags;
-one table row-wise over every rank, the others table-wise. Against one process holding all tables and
-stepping over the ranks' batches concatenated: the pooled outputs, the tables and the row-wise Adagrad state
-after a few fused steps. Then an out-of-range id on one rank: every rank raises, naming it.
+W processes (gloo on the CPU; one GPU each with NCCL on a GPU machine, tests/ranks.py), each with its own
+batch (of a different size per rank) of ``[B, F, L]`` bags; one table row-wise over every rank, the others
+table-wise. Against one process holding all tables and stepping over the ranks' batches concatenated: the
+pooled outputs, the tables and the row-wise Adagrad state after a few fused steps. Then an out-of-range id on
+one rank: every rank raises, naming it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from datetime import timedelta
 import pytest
 import torch
 import torch.distributed as dist
+from ranks import ranks_device
 
 from kernels.dlrm.embedding_tbe import TableBatchedEmbedding
 from lecture_code.model.hashing import BatchedModulusHash
@@ -48,31 +50,45 @@ def _other_tables() -> list[torch.Tensor]:
     return [torch.randn(n, D, generator=gen) for n in TABLES]
 
 
-def _full_tables(optimizer: str) -> TableBatchedEmbedding:
+def _full_tables(optimizer: str, device) -> TableBatchedEmbedding:
     torch.manual_seed(0)
-    return TableBatchedEmbedding(TABLES, D, optimizer=optimizer, lr=LR)
+    return TableBatchedEmbedding(TABLES, D, optimizer=optimizer, lr=LR).to(device)
 
 
-def _rank(world: int, optimizer: str):
+def _on_cpu(gathered):
+    """``gather_tables``' ``(tables, moments or None)`` (rank 0) or ``None``, copied to the CPU."""
+    if gathered is None:
+        return None
+    tables, moments = gathered
+    return [t.cpu() for t in tables], moments and [m.cpu() for m in moments]
+
+
+def _rank(world: int, optimizer: str, device: str):
     rank = int(os.environ["RANK"])
-    dist.init_process_group("gloo", timeout=timedelta(seconds=30))  # a hang fails instead of waiting
+    dev = torch.device("cuda", rank) if device == "cuda" else torch.device("cpu")
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    backend = "nccl" if dev.type == "cuda" else "gloo"
+    dist.init_process_group(backend, timeout=timedelta(seconds=30))  # a hang fails instead of waiting
     try:
         plan = plan_sharding(TABLES, D, world, row_wise_above_bytes=ROW_WISE_ABOVE)
-        sharded = ShardedEmbedding(plan, optimizer=optimizer, lr=LR)
-        full = _full_tables(optimizer)
+        with dev:
+            sharded = ShardedEmbedding(plan, optimizer=optimizer, lr=LR)
+        full = _full_tables(optimizer, dev)
         sharded.load_tables(full.embedding_weights())
         outs = []
         for ranks in _batches(world):
-            ids, weight = ranks[rank]
+            ids, weight = (t.to(dev) for t in ranks[rank])
             out = sharded(ids)
-            outs.append(out.detach().clone())
+            outs.append(out.detach().cpu())
             (out * weight).sum().backward()  # the owners' rows are updated here
-        gathered = sharded.gather_tables(dst=0)
+        gathered = _on_cpu(sharded.gather_tables(dst=0))
         # an unsharded state (a checkpoint's keys) loaded into the sharded sparse arch: each rank its rows
-        arch = ShardedSparseArch(plan, BatchedModulusHash(TABLES), optimizer=optimizer, lr=LR)
-        arch.load_state_dict({f"embeddings.{f}.weight": t for f, t in enumerate(_other_tables())})
-        reloaded = arch.gather_tables(dst=0)
-        bad = _batches(world)[0][rank][0].clone()
+        with dev:
+            arch = ShardedSparseArch(plan, BatchedModulusHash(TABLES), optimizer=optimizer, lr=LR)
+        arch.load_state_dict({f"embeddings.{f}.weight": t.to(dev) for f, t in enumerate(_other_tables())})
+        reloaded = _on_cpu(arch.gather_tables(dst=0))
+        bad = _batches(world)[0][rank][0].to(dev)
         if rank == 1:
             bad[2, 2, 1] = TABLES[2]  # one past the end of table 2
         try:
@@ -88,7 +104,8 @@ def _rank(world: int, optimizer: str):
 @pytest.fixture(scope="module", params=[(2, "sgd"), (3, "rowwise_adagrad")], ids=["2-sgd", "3-adagrad"])
 def sharded_run(request):
     world, optimizer = request.param
-    return world, optimizer, spawn(_rank, world, world, optimizer)
+    device = ranks_device(world)
+    return world, optimizer, device, spawn(_rank, world, world, optimizer, device)
 
 
 def test_the_plan_mixes_both_layouts():
@@ -98,23 +115,24 @@ def test_the_plan_mixes_both_layouts():
 
 
 def test_sharded_lookups_and_updates_equal_the_unsharded_tables(sharded_run):
-    world, optimizer, results = sharded_run
-    full = _full_tables(optimizer)
+    world, optimizer, device, results = sharded_run
+    full = _full_tables(optimizer, device)
     for step, ranks in enumerate(_batches(world)):
-        ids = torch.cat([i for i, _ in ranks])
+        ids = torch.cat([i for i, _ in ranks]).to(device)
         out = full(ids)
         for rank, part in enumerate(out.split([i.shape[0] for i, _ in ranks])):
-            torch.testing.assert_close(results[rank][0][step], part.detach(), **TOL,
+            torch.testing.assert_close(results[rank][0][step], part.detach().cpu(), **TOL,
                                        msg=lambda m, s=step, r=rank: f"step {s} rank {r}: {m}")  # fmt: skip
         # each rank's loss counts 1/W of the global one (the sharded backward scales by 1/W)
-        ((out * torch.cat([w for _, w in ranks])).sum() / world).backward()
+        ((out * torch.cat([w for _, w in ranks]).to(device)).sum() / world).backward()
     tables, moments = results[0][1]
     assert all(r[1] is None for r in results[1:]), "only rank 0 receives the gathered tables"
     for f, (got, want) in enumerate(zip(tables, full.embedding_weights(), strict=True)):
-        torch.testing.assert_close(got, want, **TOL, msg=lambda m, f=f: f"table {f}: {m}")
-    assert not torch.allclose(tables[3], _full_tables(optimizer).embedding_weights()[3]), "no update at all"
+        torch.testing.assert_close(got, want.cpu(), **TOL, msg=lambda m, f=f: f"table {f}: {m}")
+    fresh = _full_tables(optimizer, "cpu").embedding_weights()[3]
+    assert not torch.allclose(tables[3], fresh), "no update at all"
     if optimizer == "rowwise_adagrad":
-        want = torch.split(full.momentum, TABLES)
+        want = torch.split(full.momentum.cpu(), TABLES)
         for f, got in enumerate(moments):
             torch.testing.assert_close(got, want[f], **TOL, msg=lambda m, f=f: f"momentum {f}: {m}")
         assert float(full.momentum.abs().sum()) > 0
@@ -123,7 +141,7 @@ def test_sharded_lookups_and_updates_equal_the_unsharded_tables(sharded_run):
 
 
 def test_an_out_of_range_id_on_one_rank_fails_every_rank_with_the_reason(sharded_run):
-    _, _, results = sharded_run
+    results = sharded_run[-1]
     for rank, (_, _, error, _) in enumerate(results):
         assert error is not None, f"rank {rank} did not raise"
         assert f"rank 1 was given id {TABLES[2]} for feature 2" in error, error
@@ -131,7 +149,7 @@ def test_an_out_of_range_id_on_one_rank_fails_every_rank_with_the_reason(sharded
 
 
 def test_an_unsharded_state_loads_resharded_and_gathers_back_unchanged(sharded_run):
-    _, _, results = sharded_run
+    results = sharded_run[-1]
     tables, _ = results[0][3]
     for f, (got, want) in enumerate(zip(tables, _other_tables(), strict=True)):
         assert torch.equal(got, want), f"table {f}"

@@ -14,6 +14,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from ranks import ranks_device
 
 from lecture_code import data as criteo
 from lecture_code.training import TrainConfig, build, make_train_step, read_checkpoint, train
@@ -41,9 +42,10 @@ def _config(data, run_dir, **overrides) -> TrainConfig:
 
 @pytest.fixture(scope="module")
 def sharded_at_two(tiny_data, tmp_path_factory):
-    cfg = _config(tiny_data, tmp_path_factory.mktemp("sharded") / "run")
+    device = ranks_device(2)  # CPU ranks (gloo) without a GPU, one GPU each (NCCL) on a GPU machine
+    cfg = _config(tiny_data, tmp_path_factory.mktemp("sharded") / "run", device=device)
     results = train_processes(cfg, 2)
-    return cfg, results, read_checkpoint(cfg.run_dir + "/checkpoint.pt")
+    return cfg, results, read_checkpoint(cfg.run_dir + "/checkpoint.pt", map_location="cpu")
 
 
 def _assert_same_tables(got: dict, want: dict, **tol) -> None:
@@ -84,11 +86,13 @@ def test_sharded_training_equals_one_process_over_the_global_batch(sharded_at_tw
     cfg, results, sharded = sharded_at_two
     _, _, model, optimizers, _ = build(replace(cfg, shard_tables=False))  # one process, the unsharded model
     step = make_train_step(model, [o for o in optimizers if o is not None])
-    losses = [float(step(batch)) for batch in _global_batches(cfg, 2)]
+    losses = [float(step(batch.to(next(model.parameters()).device))) for batch in _global_batches(cfg, 2)]
     torch.testing.assert_close(torch.tensor(results[0].losses), torch.tensor(losses), **TOL)
     for key, value in model.state_dict().items():
         close = TOL if "sparse_arch" in key else WEIGHT_TOL
-        torch.testing.assert_close(sharded["model"][key], value, **close, msg=lambda m, k=key: f"{k}: {m}")
+        torch.testing.assert_close(
+            sharded["model"][key], value.cpu(), **close, msg=lambda m, k=key: f"{k}: {m}"
+        )
     moments = [s["momentum"] for s in sharded["embedding_optimizer"]["state"].values()]
     assert any(float(m.abs().sum()) > 0 for m in moments)  # the tables' Adagrad state was updated
 
@@ -103,7 +107,7 @@ def test_a_checkpoint_saved_at_two_ranks_resumes_at_one(sharded_at_two, tmp_path
     shutil.copy(cfg.run_dir + "/checkpoint.pt", run_dir / "checkpoint.pt")
     resumed_cfg = replace(cfg, run_dir=str(run_dir), resume=True)  # steps == the saved step: no step
     resumed = train(resumed_cfg, log=lambda m: None)
-    _assert_same_tables(read_checkpoint(run_dir / "checkpoint.pt"), saved)
+    _assert_same_tables(read_checkpoint(run_dir / "checkpoint.pt", map_location="cpu"), saved)
     for key in ("logloss", "auc"):  # the same weights over the same holdout rows, split another way
         assert resumed.final[key] == pytest.approx(results[0].final[key], rel=1e-5), key
 
