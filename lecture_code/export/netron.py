@@ -356,7 +356,6 @@ def _version(package: str) -> str:
 
 def write_sidecar(png_path: str | os.PathLike, command: str, extra: dict | None = None) -> Path:
     """Write ``<png>.json`` beside a picture: the command that remakes it, versions, date, device."""
-    import netron
     import onnx
     import torch
 
@@ -369,7 +368,7 @@ def write_sidecar(png_path: str | os.PathLike, command: str, extra: dict | None 
         "onnx": onnx.__version__,
         "onnxscript": _version("onnxscript"),
         "onnxruntime": _version("onnxruntime"),
-        "netron": netron.__version__,
+        "netron": _version("netron"),
         "playwright": _version("playwright"),
     }
     clashes = sorted(set(info) & set(extra or {}))

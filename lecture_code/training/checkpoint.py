@@ -79,7 +79,10 @@ def load_checkpoint(path: str | Path, *, model, optimizer=None, map_location=Non
     model.load_state_dict(state["model"])
     if optimizer is not None:
         optimizer.load_state_dict(state["optimizer"])
-    torch.set_rng_state(state["rng_cpu"])
+    # RNG states are CPU byte tensors whatever map_location moved them to; a checkpoint of several ranks
+    # holds one CUDA state per GPU of rank 0's machine, this one may have fewer
+    torch.set_rng_state(state["rng_cpu"].cpu())
     if state.get("rng_cuda") is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["rng_cuda"])
+        cuda_states = state["rng_cuda"][: torch.cuda.device_count()]
+        torch.cuda.set_rng_state_all([s.cpu() for s in cuda_states])
     return state

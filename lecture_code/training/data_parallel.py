@@ -30,9 +30,11 @@ gradient rows 3.4 MB sent, twice that received; MLP gradients 1.9 MB all-reduced
 the tables' 2 GiB.
 
 Not yet in a CUDA graph. NCCL collectives can be captured once their communicator exists, and the graph step's
-warm-up (:mod:`lecture_code.training.graphs`) runs them before capture; but capturing this step on two H200s
-(torch 2.11) hung, so ``--cuda-graph`` under ``torchrun`` is refused (:mod:`.distributed`) until it is
-understood. gloo (CPU) collectives cannot be captured at all.
+warm-up (:mod:`lecture_code.training.graphs`) runs them before capture; but capturing this step hung on two
+H200s and again on two H100s (torch 2.11, NCCL 2.28.9), also with ``capture_error_mode="thread_local"``
+(what PyTorch and nccl-tests use so that NCCL's own threads may call CUDA during a capture): a two-GPU test
+of it ran past 170 s. Where it waits is not known yet. So ``--cuda-graph`` under ``torchrun`` is refused
+(:mod:`.distributed`). gloo (CPU) collectives cannot be captured at all.
 """
 
 from __future__ import annotations

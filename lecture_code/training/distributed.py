@@ -32,9 +32,10 @@ order, each rank applying the same update) and all-reduces the MLP gradients aft
 
 Refused under ``torchrun`` (:func:`check_distributed_config`), with the reason in the error:
 
-- ``--cuda-graph`` with ``--backend eager``: DDP's bucketed all-reduce would have to be captured in the graph
-  (DDP built and warmed up on a side stream with a static graph). The fused step's collectives (row exchange,
-  MLP all-reduce) are captured with the rest of its step (:mod:`.graphs`, :mod:`.data_parallel`).
+- ``--cuda-graph``: the collectives would have to be captured in the graph. For eager, DDP's bucketed
+  all-reduce (DDP built and warmed up on a side stream with a static graph); for the fused step, its row
+  exchange and all-reduce: tried on two H200s (NCCL, torch 2.11), the capture hung, so it is refused until
+  that is understood.
 """
 
 from __future__ import annotations
@@ -113,12 +114,12 @@ def check_distributed_config(backend: str, cuda_graph: bool, world_size: int) ->
     """Refuse what data-parallel training here cannot do (module docstring says why)."""
     if world_size <= 1:
         return
-    if cuda_graph and backend != "fused":
+    if cuda_graph:
         raise ValueError(
-            f"--cuda-graph under torchrun (world size {world_size}) is not supported yet for --backend "
-            f"{backend}: DDP's bucketed all-reduce would have to be captured in the graph. Use --backend "
-            "fused (its data-parallel step, row exchange and all-reduce included, is captured in one "
-            "graph), drop --cuda-graph, or run the graph step in one process"
+            f"--cuda-graph under torchrun (world size {world_size}) is not supported yet: the collectives "
+            "would have to be captured in the graph (DDP's for eager; the fused step's row exchange was "
+            "tried and its capture hung on two GPUs). Drop --cuda-graph (the fused backend's data-parallel "
+            "step runs without one), or run the graph step in one process"
         )
 
 

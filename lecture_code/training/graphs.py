@@ -66,21 +66,12 @@ def capture_stream(device: torch.device) -> torch.cuda.Stream:
 
 
 def make_graphed_train_step(
-    model: torch.nn.Module,
-    optimizer,
-    example_batch,
-    warmup: int = 2,
-    *,
-    loss_fn=None,
-    after_backward=None,
-    capture_error_mode: str | None = None,
+    model: torch.nn.Module, optimizer, example_batch, warmup: int = 2, *, loss_fn=None, after_backward=None
 ) -> Callable[[object], torch.Tensor]:
     """``step(batch) -> loss``: the loop's step (:func:`~lecture_code.training.make_train_step`) replayed
     from one CUDA graph. ``optimizer``: one optimizer or a sequence (``None`` entries skipped);
     ``example_batch``: a batch of the size every later batch has (``dense``, ``sparse``, ``label``);
-    ``loss_fn``, ``after_backward``: as in :func:`~lecture_code.training.make_train_step`;
-    ``capture_error_mode``: :class:`torch.cuda.graph`'s; by default ``"thread_local"`` where a process group
-    is initialised (NCCL's own threads must keep calling CUDA during the capture), else ``"global"``.
+    ``loss_fn``, ``after_backward``: as in :func:`~lecture_code.training.make_train_step`.
     Raises on a model that is not on a GPU."""
     device = next(model.parameters()).device
     if device.type != "cuda":
@@ -121,9 +112,7 @@ def make_graphed_train_step(
     for opt in opts:
         opt.zero_grad(set_to_none=True)
     graph = torch.cuda.CUDAGraph()
-    if capture_error_mode is None:
-        capture_error_mode = "thread_local" if _in_process_group() else "global"
-    with torch.cuda.graph(graph, stream=side, capture_error_mode=capture_error_mode):
+    with torch.cuda.graph(graph, stream=side):
         static_loss = _captured_step(model, opts, static, loss_fn, after_backward)
 
     def graphed_step(batch) -> torch.Tensor:
@@ -136,10 +125,6 @@ def make_graphed_train_step(
     graphed_step.static_batch = static  # type: ignore[attr-defined]
     graphed_step.model, graphed_step.optimizers = model, opts  # type: ignore[attr-defined]  (kept alive)
     return graphed_step
-
-
-def _in_process_group() -> bool:
-    return torch.distributed.is_available() and torch.distributed.is_initialized()
 
 
 def _captured_step(model, opts, batch, loss_fn, after_backward) -> torch.Tensor:

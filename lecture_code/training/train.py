@@ -110,12 +110,6 @@ def check_config(cfg: TrainConfig, world_size: int = 1) -> None:
             f"--shard-tables shards the fused backend's table-batched embedding, got --backend "
             f"{cfg.backend}: pass --backend fused (with --optimizer sgd or rowwise_adagrad)"
         )
-    if cfg.shard_tables and cfg.cuda_graph and world_size > 1:
-        raise ValueError(
-            "--shard-tables with --cuda-graph: the sharded step reads how many ids go to each rank on the "
-            "host (lecture_code.training.sharded_embedding), which a CUDA graph cannot capture; drop "
-            "--cuda-graph"
-        )
     distributed.check_distributed_config(cfg.backend, cfg.cuda_graph, world_size)
 
 

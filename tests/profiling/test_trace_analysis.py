@@ -50,11 +50,14 @@ def test_top_ops_puts_the_matmul_first(profiled):
     table = top_ops(prof, n=5)
     assert list(table.columns) == ["name", "calls", "self_us", "total_us", "share_pct"]
     assert len(table) == 5
-    assert table["name"][0] in MATMUL_OPS, table
     assert table["self_us"].is_monotonic_decreasing
     assert (table["total_us"] >= table["self_us"]).all()
     assert 0 < table["share_pct"].sum() <= 100.0 + 1e-6
-    assert table["calls"][0] == 2  # one matmul per active step
+    # On a GPU machine the profiler also records CUDA runtime calls: here only its own (a first
+    # cudaDeviceSynchronize of ~0.7 s on an H100, CUPTI's buffers), since this model has no GPU work.
+    aten = top_ops(prof, n=100).query("name.str.startswith('aten::')").reset_index(drop=True)
+    assert aten["name"][0] in MATMUL_OPS, table
+    assert aten["calls"][0] == 2  # one matmul per active step
 
 
 def test_top_ops_on_device_time_is_zero_without_a_gpu(profiled):

@@ -3,7 +3,7 @@ the global batch, train the model one process trains on the whole global batch; 
 equal.
 
 Without a GPU: gloo, 2 and 3 processes (Triton's interpreter runs the kernels); on a GPU machine the same
-tests take one GPU per rank (NCCL), and the captured step (``gpu``-marked) needs two.
+tests take one GPU per rank (NCCL).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from lecture_code.model import DLRM, DLRMConfig
 from lecture_code.perf.dlrm_step import make_batches
 from lecture_code.training import distributed, make_optimizers, make_train_step
 from lecture_code.training.data_parallel import make_fused_data_parallel
-from lecture_code.training.graphs import make_graphed_train_step
 from lecture_code.training.launch import spawn
 
 CONFIG = DLRMConfig((6, 40, 3, 200), hashing="modulus", dense_arch_layer_sizes=(8, 16),
@@ -27,13 +26,11 @@ PER_RANK, STEPS, LR = 8, 3, 0.05
 # rounds); three steps of SGD/Adagrad keep the difference near 1e-7 relative. Without the exchange (each rank
 # updating with its own rows) the tables differ by ~1e-2: far outside.
 TOL = dict(rtol=1e-5, atol=1e-6)
-two_gpus = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
 
 
-def _train(world: int, optimizer: str, device: str, exchange: bool = True, graph: bool = False):
+def _train(world: int, optimizer: str, device: str, exchange: bool = True):
     """In each rank (or the one process when world is 1): STEPS steps over this rank's slice of each global
-    batch (``graph``: replayed from one CUDA graph, collectives included); returns (losses, state_dict on the
-    CPU, the device type trained on)."""
+    batch; returns (losses, state_dict on the CPU, the device type trained on)."""
     info = distributed.from_environment()
     dev = distributed.rank_device(info, device)
     batches = make_batches(CONFIG, PER_RANK * world, STEPS, torch.device("cpu"), ids="zipf", seed=3)
@@ -45,10 +42,7 @@ def _train(world: int, optimizer: str, device: str, exchange: bool = True, graph
         step_opts = [o for o in make_optimizers(model, optimizer, LR) if o is not None]
         mine = slice(info.rank * PER_RANK, (info.rank + 1) * PER_RANK) if info.enabled else slice(None)
         local = [Batch(*(t[mine] for t in b)).to(dev) for b in batches]
-        if graph:
-            step = make_graphed_train_step(model, step_opts, local[0], after_backward=after)
-        else:
-            step = make_train_step(model, step_opts, after_backward=after)
+        step = make_train_step(model, step_opts, after_backward=after)
         losses = [float(step(b)) for b in local]
         state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
         return losses, state, next(model.parameters()).device.type
@@ -81,22 +75,3 @@ def test_ranks_train_what_one_process_trains_on_the_global_batch(world, optimize
     if control:  # without the exchange the replicas drift apart, far outside the tolerance
         key = "sparse_arch.embeddings.3.weight"
         assert not torch.allclose(both[0][1][1][key], both[1][1][1][key], **TOL)
-
-
-def _train_with_and_without_graph(world: int, optimizer: str):
-    return _train(world, optimizer, "cuda", graph=True), _train(world, optimizer, "cuda")
-
-
-@pytest.mark.gpu
-@two_gpus
-@pytest.mark.parametrize("optimizer", ["sgd", "rowwise_adagrad"])
-def test_two_gpus_train_in_one_cuda_graph_what_they_train_without(optimizer):
-    """The whole data-parallel step, row exchange and MLP all-reduce included, captured in one CUDA graph per
-    rank (NCCL collectives captured with ``capture_error_mode="thread_local"``) and replayed."""
-    both = spawn(_train_with_and_without_graph, 2, 2, optimizer)
-    graphed, plain = [r[0] for r in both], [r[1] for r in both]
-    _assert_replicas_equal(graphed)
-    assert {r[2] for r in graphed} == {"cuda"}
-    torch.testing.assert_close(torch.tensor(graphed[0][0]), torch.tensor(plain[0][0]), **TOL)
-    for key, value in plain[0][1].items():
-        torch.testing.assert_close(graphed[0][1][key], value, **TOL, msg=lambda m, k=key: f"{k}: {m}")
