@@ -2,11 +2,11 @@
 
 For training from a shell use ``torchrun`` itself (:mod:`.distributed`). A test or a benchmark wants each
 rank's return value back in the calling process, which a command line does not give; so :func:`spawn` starts
-``world_size`` processes with :func:`torch.multiprocessing.spawn`, sets in each the variables ``torchrun``
-sets (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``) and
-calls ``fn(*args)`` there, which then sees exactly what it would see under ``torchrun``. Return values come
-back through files (``torch.save``); a rank that raises makes :func:`spawn` raise (the others are stopped).
-``fn`` must be importable by name (a module-level function), as for any ``spawn``.
+``world_size`` processes with :func:`torch.multiprocessing.start_processes` (:data:`START_METHOD`), sets in
+each the variables ``torchrun`` sets (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``,
+``MASTER_ADDR``, ``MASTER_PORT``) and calls ``fn(*args)`` there, which then sees exactly what it would see
+under ``torchrun``. Return values come back through files (``torch.save``); a rank that raises makes
+:func:`spawn` raise (the others are stopped). ``fn`` must be importable by name (a module-level function).
 
     results = train_processes(TrainConfig(device="cpu", steps=20), world_size=2)   # one TrainResult per rank
 """
@@ -24,6 +24,16 @@ import torch
 import torch.multiprocessing as mp
 
 __all__ = ["free_port", "spawn", "train_processes"]
+
+
+# Without a GPU, "forkserver": one server process per caller imports torch and this package once, and each
+# rank is forked from it, so a test or benchmark that starts several groups of ranks pays the imports once
+# (about 5 s per rank on a 2-core CPU), where "spawn" pays them in every rank: the multi-process tests took
+# half the time here. The server forks before any OpenMP thread exists in it. Its environment is the caller's
+# when it started (the first call): variables set later do not reach the ranks. With a GPU, "spawn": the
+# server's import of kernels asks CUDA for its devices, and CUDA may not be used in a process forked after.
+START_METHOD = os.environ.get("LECTURE_START_METHOD", "spawn" if torch.cuda.is_available() else "forkserver")
+mp.get_context("forkserver").set_forkserver_preload(["torch", "kernels", "lecture_code.training.train"])
 
 
 def free_port() -> int:
@@ -49,7 +59,8 @@ def spawn(fn: Callable[..., Any], world_size: int, *args: Any) -> list[Any]:
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
     with tempfile.TemporaryDirectory(prefix="spawn") as out_dir:
-        mp.spawn(_rank_main, args=(world_size, free_port(), out_dir, fn, args), nprocs=world_size, join=True)
+        args = (world_size, free_port(), out_dir, fn, args)
+        mp.start_processes(_rank_main, args=args, nprocs=world_size, start_method=START_METHOD)
         return [torch.load(Path(out_dir) / f"rank{r}.pt", weights_only=False) for r in range(world_size)]
 
 
