@@ -11,7 +11,15 @@ linear on the same inputs − 1; ``fwd`` is the forward alone, ``fwd+bwd`` adds 
 - ``v0`` … ``v3``: the ladder of ``kernels.lora.linear.lora_linear`` (see that module).
 
 Columns: median device time (``lecture_code.bench.median_ms``: CUDA events, L2 flushed, host hidden), the
-overhead, the peak memory the call allocates beyond its inputs (MB), and the host µs per call.
+overhead, the peak memory the call allocates beyond its inputs (MB), the host µs per call
+(``lecture_code.bench.host_us``: enqueued back to back, no wait) and the wall µs per call in a loop
+(``lecture_code.bench.wall_us``: synchronized before and after, so the slower of host and device sets it).
+
+At ``GRAPH_SHAPES`` (the 512-row shape, where every call spends longer on the host than on the GPU) and in
+``--quick`` runs on a GPU, every provider but ``torch.compile`` is also captured in a CUDA graph
+(``lecture_code.bench.graphed``) and replayed: rows ``<provider> (graph)``, their overhead against the graphed
+base. :func:`verdicts` compares the ladder with the other providers by device time, by wall time per call
+without graphs, and by wall time per call among the graphed rows.
 
     python -m benchmarks.bench_lora               # GPU: the four shapes of RESULTS.md's goals
     python -m benchmarks.bench_lora --quick       # tiny sizes (CPU: Triton runs in the interpreter)
@@ -35,6 +43,8 @@ from lecture_code import bench as bu
 
 SHAPES = [(8192, 4096, 4096, 16), (8192, 4096, 4096, 64), (16384, 4096, 14336, 16), (512, 4096, 4096, 16)]
 QUICK_SHAPES = [(64, 64, 64, 16)]
+GRAPH_SHAPES = [(512, 4096, 4096, 16)]  # host-bound without a graph: the graph rows say what a graph leaves
+GRAPH = " (graph)"  # suffix of the graphed providers' names
 VERSIONS = ("v0", "v1", "v2", "v3")
 ALPHA = 32.0
 
@@ -86,7 +96,35 @@ def _peak_mb(fn, device) -> float | None:
     return (torch.cuda.max_memory_allocated(device) - before) / 2**20
 
 
-def run_shape(M, K, N, r, dtype, device, compile_: bool) -> list[dict]:
+def _graph_rows(timed: list[tuple[str, str, object]], shape: str, device) -> tuple[list[dict], list[str]]:
+    """``timed``: (pass, provider, fn) with the base first per pass; each captured in a CUDA graph and timed
+    replaying (rows named ``<provider> (graph)``), or the reason it could not be captured."""
+    if not bu.on_gpu(device):
+        return [], [f"{shape}: CUDA-graph rows: CUDA graphs need a GPU"]
+    rows, skipped, base = [], [], {}
+    for pass_, name, fn in timed:
+        if name == "torch.compile":
+            why = "not captured (torch.compile has its own: mode='reduce-overhead')"
+            skipped.append(f"{shape} {pass_}: torch.compile{GRAPH}: {why}")
+            continue
+        try:
+            replay = bu.graphed(fn, device)
+        except Exception as e:  # noqa: BLE001 — a provider that cannot be captured: say why, time the others
+            skipped.append(f"{shape} {pass_}: {name}{GRAPH}: capture failed ({type(e).__name__}: {e})")
+            torch.cuda.synchronize(device)
+            continue
+        ms = bu.median_ms(replay, device)
+        base.setdefault(pass_, ms)  # the base comes first in each pass
+        rows.append({"shape": shape, "pass": pass_, "provider": name + GRAPH, "ms": ms,
+                     "overhead %": 100 * (ms / base[pass_] - 1), "peak MB": None,
+                     "host us": bu.host_us(replay, device),
+                     "wall us": bu.wall_us(replay, device)})  # fmt: skip
+    return rows, skipped
+
+
+def run_shape(M, K, N, r, dtype, device, compile_: bool, graphs: bool = False) -> tuple[list, list[str]]:
+    """Rows of (shape, pass, provider) timings, and the reasons for rows not measured (graphs: also the
+    CUDA-graph rows)."""
     x = torch.randn(M, K, device=device).to(dtype)
     w = (torch.randn(N, K, device=device) / K**0.5).to(dtype)
     a = (torch.randn(r, K, device=device) / K**0.5).to(dtype)
@@ -100,12 +138,13 @@ def run_shape(M, K, N, r, dtype, device, compile_: bool) -> list[dict]:
     def base_fwd_bwd():
         return torch.autograd.grad(torch.nn.functional.linear(xg, w), (xg,), dy)
 
-    rows, shape = [], f"{M}x{K}x{N} r{r}"
+    rows, timed, shape = [], [], f"{M}x{K}x{N} r{r}"
     base = {"fwd": bu.median_ms(base_fwd, device), "fwd+bwd": bu.median_ms(base_fwd_bwd, device)}
     for pass_, fn in (("fwd", base_fwd), ("fwd+bwd", base_fwd_bwd)):
         rows.append({"shape": shape, "pass": pass_, "provider": "base (frozen linear)", "ms": base[pass_],
                      "overhead %": 0.0, "peak MB": _peak_mb(fn, device),
-                     "host us": bu.host_us(fn, device)})  # fmt: skip
+                     "host us": bu.host_us(fn, device), "wall us": bu.wall_us(fn, device)})  # fmt: skip
+        timed.append((pass_, "base (frozen linear)", fn))
     for name, f in providers(w, a, b, r, compile_).items():
         with torch.no_grad():
             ref = reference.lora_linear(x.float(), w.float(), a.float(), b.float(), ALPHA / r)
@@ -125,8 +164,58 @@ def run_shape(M, K, N, r, dtype, device, compile_: bool) -> list[dict]:
             ms = bu.median_ms(fn, device)
             rows.append({"shape": shape, "pass": pass_, "provider": name, "ms": ms,
                          "overhead %": 100 * (ms / base[pass_] - 1), "peak MB": _peak_mb(fn, device),
-                         "host us": bu.host_us(fn, device)})  # fmt: skip
-    return rows
+                         "host us": bu.host_us(fn, device), "wall us": bu.wall_us(fn, device)})  # fmt: skip
+            timed.append((pass_, name, fn))
+    if not graphs:
+        return rows, []
+    timed.sort(key=lambda t: t[0])  # per pass, the base first (a stable sort keeps the providers' order)
+    graph_rows, skipped = _graph_rows(timed, shape, device)
+    return rows + graph_rows, skipped
+
+
+def _number(v) -> float | None:
+    """A CSV cell as a float, None where it is empty or NaN (a column an older CSV lacks)."""
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return None if f != f else f
+
+
+def _best(rows: list[dict], names, column: str, graph: bool) -> tuple[str, float] | None:
+    sel = [r for r in rows if r["provider"].endswith(GRAPH) == graph]
+    got = [(r["provider"].removesuffix(GRAPH), _number(r.get(column))) for r in sel]
+    got = [(n, v) for n, v in got if n in names and v is not None]
+    return min(got, key=lambda nv: nv[1]) if got else None
+
+
+def verdicts(rows: list[dict]) -> list[dict]:
+    """Per (shape, pass): the ladder's best version against the best other provider (eager, torch.compile,
+    peft, unsloth-style), three ways: by device time (overhead %), by wall µs per call in a loop without
+    graphs, and by wall µs per call among the CUDA-graph rows. "not measured" where a row or column is
+    missing (an older CSV, a shape without graph rows)."""
+    out = []
+    for shape, pass_ in dict.fromkeys((r["shape"], r["pass"]) for r in rows):
+        sel = [r for r in rows if (r["shape"], r["pass"]) == (shape, pass_)]
+        names = {r["provider"].removesuffix(GRAPH) for r in sel} - {"base (frozen linear)"}
+        others = names - set(VERSIONS)
+        line = {"shape": shape, "pass": pass_}
+        for label, column, graph, unit in (
+            ("device", "overhead %", False, "%"),
+            ("wall/call", "wall us", False, " µs"),
+            ("graph wall/call", "wall us", True, " µs"),
+        ):
+            ours, rival = _best(sel, VERSIONS, column, graph), _best(sel, others, column, graph)
+            if ours is None or rival is None:
+                line[f"{label}: ladder"] = line[f"{label}: others"] = ""
+                line[label] = "not measured"
+                continue
+            sign = "+" if unit == "%" else ""
+            line[f"{label}: ladder"] = f"{ours[0]} {ours[1]:{sign}.1f}{unit}"
+            line[f"{label}: others"] = f"{rival[0]} {rival[1]:{sign}.1f}{unit}"
+            line[label] = "ladder wins" if ours[1] < rival[1] else "ladder loses"
+        out.append(line)
+    return out
 
 
 def plot(rows, path: Path, meta) -> None:
@@ -170,14 +259,19 @@ def main(argv=None) -> None:
     dtype = (
         getattr(torch, args.dtype) if args.dtype else (torch.bfloat16 if bu.on_gpu(device) else torch.float32)
     )
-    rows = []
+    rows, skipped = [], []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         for shape in QUICK_SHAPES if quick else SHAPES:
-            rows += run_shape(*shape, dtype, device, compile_=not args.no_compile)
+            graphs = quick or shape in GRAPH_SHAPES
+            got, why = run_shape(*shape, dtype, device, compile_=not args.no_compile, graphs=graphs)
+            rows += got
+            skipped += why
             torch.cuda.empty_cache() if bu.on_gpu(device) else None
     meta = {**bu.stamp(device), "dtype": str(dtype).removeprefix("torch.")}
-    bu.print_table(rows, ["shape", "pass", "provider", "ms", "overhead %", "peak MB", "host us"])
+    bu.print_table(rows, ["shape", "pass", "provider", "ms", "overhead %", "peak MB", "host us", "wall us"])
+    for line in skipped:
+        print(f"[skipped] {line}")
     csv_path = bu.save(rows, "lora", "lora_overhead", meta, root=args.results_dir)
     plot(rows, csv_path.with_suffix(".png"), meta)
     print(f"saved {csv_path} and {csv_path.with_suffix('.png').name}")

@@ -93,19 +93,6 @@ def _vllm_provider(x, a, b, ids, widths):
         return None, f"vLLM's API differs here ({type(e).__name__}: {e})"
 
 
-def _graphed(fn, device):
-    """``fn`` captured in a CUDA graph (after a warm-up on a side stream); returns the replay."""
-    s = torch.cuda.Stream(device)
-    s.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream(device).wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph.replay
-
-
 def providers(y, x, a, b, ids, widths, device) -> tuple[dict, list[str]]:
     """name → fn() (in place on y) and the reasons for providers skipped."""
     L = a[0].shape[0]
@@ -132,11 +119,11 @@ def providers(y, x, a, b, ids, widths, device) -> tuple[dict, list[str]]:
     else:
         skipped.append(f"torch gather+bmm: {gather_mb:.0f} MB of gathered weights > {GATHER_LIMIT_MB} MB")
     if bu.on_gpu(device):
-        out["ours (graph)"] = _graphed(
+        out["ours (graph)"] = bu.graphed(
             lambda: add_multi_lora(y, x, A, B, ids, SCALE, meta=build_meta(ids, L)), device
         )
         if "torch gather+bmm" in out:
-            out["torch gather+bmm (graph)"] = _graphed(out["torch gather+bmm"], device)
+            out["torch gather+bmm (graph)"] = bu.graphed(out["torch gather+bmm"], device)
     run, why = _vllm_provider(x, a, b, ids, widths)
     if run is not None:
         out["vllm"] = lambda: run(y)

@@ -12,7 +12,9 @@ Two numbers per call on a GPU, because a small kernel has two costs:
   the copy reference at 1024–4096 rows, while the same kernels launched bare ran at 95–115%.
 - **host time** (:func:`host_us`): CPU microseconds per call, enqueueing without waiting. When it exceeds
   the device time, a loop of such calls is launch-bound: the GPU waits for Python (CUDA graphs, or
-  ``torch.compile(mode="reduce-overhead")``, take the host out of the loop).
+  ``torch.compile(mode="reduce-overhead")``, take the host out of the loop: :func:`graphed`).
+- **wall time per call** (:func:`wall_us`): a loop of calls from first launch to the GPU's last finished
+  kernel, divided by the calls — what a loop of such calls takes, host or device, whichever sets the pace.
 
 On a CPU, a ``time.perf_counter`` loop (Triton kernels run in the interpreter there: the numbers only show
 that the script works, not how fast anything is).
@@ -110,6 +112,42 @@ def host_us(fn: Callable[[], object], device: torch.device, calls: int = 100) ->
     t1 = time.perf_counter()
     torch.cuda.synchronize(device)
     return 1e6 * (t1 - t0) / calls
+
+
+def wall_us(
+    fn: Callable[[], object], device: torch.device, calls: int = 100, budget_ms: float = 200
+) -> float:
+    """Wall-clock microseconds per ``fn()`` in a loop of back-to-back calls, the GPU synchronized before and
+    after (so the slower of host and device sets it; no L2 flush). ``calls`` of them, fewer (at least 3)
+    where they would take longer than ``budget_ms`` (a slow call, or the Triton interpreter on a CPU)."""
+    t0 = time.perf_counter()
+    for _ in range(2):  # warm up, and size the loop
+        fn()
+    if on_gpu(device):
+        torch.cuda.synchronize(device)
+    per_call_ms = 1e3 * (time.perf_counter() - t0) / 2
+    calls = max(3, min(calls, int(budget_ms / max(per_call_ms, 1e-6))))
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    if on_gpu(device):
+        torch.cuda.synchronize(device)
+    return 1e6 * (time.perf_counter() - t0) / calls
+
+
+def graphed(fn: Callable[[], object], device: torch.device) -> Callable[[], None]:
+    """``fn`` captured in a CUDA graph (after a warm-up on a side stream, which also compiles and autotunes);
+    returns the graph's replay. Tensors ``fn`` allocates are the graph's own: a replay rewrites them."""
+    s = torch.cuda.Stream(device)
+    s.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream(device).wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
 
 
 def copy_gbps(numel: int, dtype: torch.dtype, device: torch.device) -> float:

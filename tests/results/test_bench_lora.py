@@ -1,0 +1,100 @@
+"""The LoRA benchmark's wall time per call, its CUDA-graph rows and its three verdicts.
+
+The quick run goes through ``main`` (the CPU here, the GPU of a GPU machine) into a temporary folder; the
+verdicts are checked on made-up rows with known answers; the graph rows need a GPU.
+"""
+
+from __future__ import annotations
+
+import csv
+import time
+
+import pytest
+import torch
+
+from benchmarks import bench_lora
+from lecture_code import bench
+from lecture_code.results.page import BEGIN, END, render
+
+
+def test_wall_us_times_a_loop_and_keeps_to_its_budget():
+    calls = []
+
+    def two_ms():
+        calls.append(1)
+        time.sleep(2e-3)
+
+    us = bench.wall_us(two_ms, torch.device("cpu"), calls=100, budget_ms=20)
+    assert 2000 <= us < 4000
+    assert 2 + 5 <= len(calls) <= 2 + 10  # 2 to warm up and size the loop, then ≈ 20 ms / (≥ 2 ms) calls
+    calls.clear()
+    bench.wall_us(two_ms, torch.device("cpu"), calls=100, budget_ms=1)
+    assert len(calls) == 2 + 3  # never fewer than 3 timed calls
+
+
+def _row(pass_, provider, overhead, wall, shape="512x4096x4096 r16"):
+    return {"shape": shape, "pass": pass_, "provider": provider, "overhead %": overhead, "wall us": wall}
+
+
+ROWS = [
+    _row("fwd", "base (frozen linear)", 0.0, 20.0),
+    _row("fwd", "eager", 73.0, 80.0),
+    _row("fwd", "unsloth-style", 41.6, 70.0),
+    _row("fwd", "v2", 57.4, 190.0),
+    _row("fwd", "v3", 38.2, 120.0),
+    _row("fwd", "base (frozen linear) (graph)", 0.0, 33.0),
+    _row("fwd", "eager (graph)", 70.0, 57.0),
+    _row("fwd", "unsloth-style (graph)", 40.0, 50.0),
+    _row("fwd", "v3 (graph)", 37.0, 46.0),
+    _row("fwd+bwd", "base (frozen linear)", 0.0, 140.0),
+    _row("fwd+bwd", "eager", 95.6, float("nan")),  # an older CSV: no wall column
+    _row("fwd+bwd", "v3", 65.4, float("nan")),
+]
+
+
+def test_verdicts_by_device_time_wall_time_and_among_graphs():
+    fwd, fwd_bwd = bench_lora.verdicts(ROWS)
+    assert fwd["device: ladder"] == "v3 +38.2%" and fwd["device: others"] == "unsloth-style +41.6%"
+    assert fwd["device"] == "ladder wins"
+    assert fwd["wall/call: ladder"] == "v3 120.0 µs" and fwd["wall/call: others"] == "unsloth-style 70.0 µs"
+    assert fwd["wall/call"] == "ladder loses"  # the host-bound loop: the verdict turns
+    assert fwd["graph wall/call: ladder"] == "v3 46.0 µs"
+    assert fwd["graph wall/call: others"] == "unsloth-style 50.0 µs"
+    assert fwd["graph wall/call"] == "ladder wins"
+    assert fwd_bwd["device"] == "ladder wins"  # 65.4 against eager's 95.6
+    assert fwd_bwd["wall/call"] == "not measured" and fwd_bwd["graph wall/call"] == "not measured"
+
+
+def test_a_ladder_that_loses_is_named_so():
+    rows = [_row("fwd", "eager", 10.0, 50.0), _row("fwd", "v1", 12.0, 40.0)]
+    (line,) = bench_lora.verdicts(rows)
+    assert line["device"] == "ladder loses" and line["wall/call"] == "ladder wins"
+
+
+def test_quick_run_writes_wall_times_and_says_why_graph_rows_are_missing(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(bench_lora, "QUICK_SHAPES", [(16, 16, 16, 4)])  # one tiny shape: seconds
+    (tmp_path / "README.md").write_text(f"# R\n\n{BEGIN}\nold\n{END}\n")
+    bench_lora.main(["--quick", "--no-compile", "--results-dir", str(tmp_path / "benchmarks" / "results")])
+    out = capsys.readouterr().out
+    (csv_path,) = (tmp_path / "benchmarks" / "results" / "lora").glob("lora_overhead_*.csv")
+    rows = list(csv.DictReader(csv_path.open()))
+    plain = [r for r in rows if not r["provider"].endswith(bench_lora.GRAPH)]
+    assert {r["provider"] for r in plain} >= {"base (frozen linear)", "eager", "v0", "v3"}
+    assert all(float(r["wall us"]) > 0 for r in rows)
+    if torch.cuda.is_available():
+        assert {"base (frozen linear) (graph)", "v3 (graph)"} <= {r["provider"] for r in rows}
+    else:
+        assert "[skipped] 16x16x16 r4: CUDA-graph rows: CUDA graphs need a GPU" in out
+        assert {line["graph wall/call"] for line in bench_lora.verdicts(rows)} == {"not measured"}
+    assert "16x16x16 r4" in render(tmp_path)[tmp_path / "RESULTS.md"]  # the summary still reads the CSV
+
+
+@pytest.mark.gpu
+def test_graph_rows_replay_the_checked_calls():
+    cuda = torch.device("cuda")
+    rows, skipped = bench_lora.run_shape(64, 64, 64, 16, torch.bfloat16, cuda, False, graphs=True)
+    graphed = {(r["pass"], r["provider"]) for r in rows if r["provider"].endswith(bench_lora.GRAPH)}
+    for pass_ in ("fwd", "fwd+bwd"):
+        for name in ("base (frozen linear)", "eager", "unsloth-style", *bench_lora.VERSIONS):
+            assert (pass_, name + bench_lora.GRAPH) in graphed, skipped
+    assert all(r["wall us"] > 0 and r["ms"] > 0 for r in rows)
