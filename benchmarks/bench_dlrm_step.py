@@ -3,8 +3,9 @@
 Kaggle preset (bottom 13-512-256-64-16, top 367-512-256-1, D = 16) with the 26 Kaggle table sizes (33.8M rows,
 2 GiB of fp32 embeddings), batch 2048, uniform and Zipf ids. Per implementation
 (:data:`lecture_code.perf.dlrm_step.IMPLEMENTATIONS`): ms per step in a loop (median over interleaved repeats,
-with min and max), samples/s, the GPU's time and the host's time for one step measured apart, and memory
-(what it keeps resident, and its peak during a step).
+with min and max), samples/s, the GPU's time of one step and the host's work per step measured apart
+(``host_clean``: whether the host's clock can have held a wait), the calls per step that wait for the GPU
+(``syncs_per_step``), and memory (what it keeps resident, and its peak during a step).
 
     python -m benchmarks.bench_dlrm_step            # GPU: the full table (≈ 2–3 min on an H100)
     python -m benchmarks.bench_dlrm_step --quick    # CPU (interpreter), tiny tables, batch 16: seconds
@@ -33,12 +34,12 @@ import torch
 import kernels  # noqa: F401  (decides the runtime mode first: TRITON_INTERPRET=1 before triton loads, on a CPU)
 from lecture_code import bench as bu
 from lecture_code.model import DLRMConfig
-from lecture_code.perf.dlrm_step import GPU_ONLY, IMPLEMENTATIONS, StepResult, make_batches, measure
+from lecture_code.perf.dlrm_step import GPU_ONLY, IMPLEMENTATIONS, StepMeasurement, make_batches, measure
 from lecture_code.perf.kaggle_tables import kaggle_tables
 
 COLUMNS = [
     "implementation", "ids", "ms_per_step", "ms_min", "ms_max", "gpu_ms", "host_ms", "samples_per_s",
-    "state_mib", "peak_mib", "error",
+    "state_mib", "peak_mib", "syncs_per_step", "host_clean", "error",
 ]  # fmt: skip
 
 
@@ -92,7 +93,7 @@ def _isolated(names: list[str], args, device: torch.device, start: float) -> lis
         print(f"{name!r} failed in its own process: {why}")
         nan = math.nan
         for ids in ("uniform", "zipf"):
-            rows.append(asdict(StepResult(name, ids, nan, nan, nan, None, nan, nan, None, None, why)))
+            rows.append(asdict(StepMeasurement(name, ids, nan, nan, nan, None, nan, nan, None, None, why)))
     return rows
 
 

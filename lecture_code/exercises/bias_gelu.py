@@ -7,7 +7,8 @@ tensor inside a guarded buffer (:mod:`.guards`) and ``out`` poisoned with NaN, a
 
 - elements written past the end of ``out`` (an unmasked tail), counted from its guard;
 - a NaN where the reference has a number, with its index (never written, or computed as NaN);
-- the first element outside the tolerance, with its index, expected and got values;
+- the first element outside the tolerance, with its index, expected and got values, and, where ``out``
+  equals ``x + bias``, that the GELU is missing (the skeleton's state);
 - an exception, with its type and message.
 
 The reference is ``kernels.reference.ACTIVATIONS["gelu_tanh"]`` evaluated in fp32 and rounded once to the
@@ -66,7 +67,11 @@ def _problems(fn: Callable, case: Case, seed: int, device: torch.device) -> list
     )  # fmt: skip
     atol, rtol = TOLERANCES[case.dtype]
     nan_hint = " (out starts as NaN: never written, or computed as NaN)"
-    return problems + compare("out", out.tensor, want.to(device), atol, rtol, nan_hint)
+    wrong = compare("out", out.tensor, want.to(device), atol, rtol, nan_hint)
+    z = (x.float() + bias.float()).to(case.dtype)
+    if wrong and torch.allclose(out.tensor.cpu().float(), z.float(), atol=atol, rtol=rtol):
+        wrong[0] += "; out equals x + bias: the GELU is missing"
+    return problems + wrong
 
 
 def check_bias_gelu(fn: Callable, device: torch.device | None = None, verbose: bool = True) -> Report:

@@ -29,6 +29,7 @@ __all__ = [
     "BUILDS_ON",
     "GOAL_MS",
     "STEPS",
+    "gpu_idle",
     "lever_table",
     "waterfall_chart",
     "waterfall_rows",
@@ -91,7 +92,9 @@ def waterfall_rows(results: Sequence[StepResult], ids: str = "uniform") -> list[
     """The measured rows of id distribution ``ids`` in :data:`STEPS` order (failed or unmeasured ones left
     out), each with ``change`` (what it does), ``builds_on`` (:data:`BUILDS_ON`), and the speed-up factors
     ``vs_base`` (over the step it builds on; NaN where that one was not measured), ``vs_previous`` (over the
-    row above, which may differ in more than one thing) and ``vs_first``."""
+    row above, which may differ in more than one thing) and ``vs_first``; ``gpu_idle`` (:func:`gpu_idle`,
+    without a profiler), and where the result carries them (a ``StepMeasurement``) ``syncs_per_step`` and
+    ``host_clean``."""
     by_name = {r.implementation: r for r in results if r.ids == ids and not r.error}
     rows: list[dict] = []
     for name, change in STEPS.items():
@@ -112,6 +115,9 @@ def waterfall_rows(results: Sequence[StepResult], ids: str = "uniform") -> list[
                 "ms_max": r.ms_max,
                 "gpu_ms": r.gpu_ms,
                 "host_ms": r.host_ms,
+                "gpu_idle": gpu_idle(r.gpu_ms, r.ms_per_step),
+                "syncs_per_step": getattr(r, "syncs_per_step", math.nan),
+                "host_clean": getattr(r, "host_clean", None),
                 "samples_per_s": r.samples_per_s,
                 "peak_mib": r.peak_mib,
                 "vs_previous": previous / r.ms_per_step,
@@ -119,6 +125,16 @@ def waterfall_rows(results: Sequence[StepResult], ids: str = "uniform") -> list[
             }
         )
     return rows
+
+
+def gpu_idle(gpu_ms: float | None, ms_per_step: float) -> float | None:
+    """The GPU's idle share of a step without a profiler: ``1 − gpu_ms / ms_per_step`` (the GPU's time of one
+    step, host hidden, over the wall time per step of the loop), 0 where the GPU's work fills the step;
+    ``None`` without a GPU time. A profiled run's idle share is larger: the profiler slows the host
+    (notebook 02)."""
+    if gpu_ms is None or not math.isfinite(gpu_ms) or not ms_per_step > 0:
+        return None
+    return max(0.0, 1.0 - gpu_ms / ms_per_step)
 
 
 def lever_table(rows: Sequence[dict]) -> list[dict]:
@@ -215,10 +231,16 @@ def waterfall_sentences(rows: Sequence[dict], on_gpu: bool, kaggle_batch_2048: b
     )
     if best["gpu_ms"] is not None and math.isfinite(best["gpu_ms"]):
         bound = "the GPU's work" if best["gpu_ms"] >= best["host_ms"] else "the host issuing it"
-        out.append(
-            f"Its step is {best['gpu_ms']:.3g} ms of GPU work and {best['host_ms']:.3g} ms of host time to "
-            f"issue it: {bound} sets the pace."
-        )
+        if best.get("host_clean") is False:  # the host's clock may hold waits: only an upper bound
+            out.append(
+                f"Its step is {best['gpu_ms']:.3g} ms of GPU work; the host's time to issue it, "
+                f"{best['host_ms']:.3g} ms, may include waits for the GPU (an upper bound)."
+            )
+        else:
+            out.append(
+                f"Its step is {best['gpu_ms']:.3g} ms of GPU work and {best['host_ms']:.3g} ms of host time "
+                f"to issue it: {bound} sets the pace."
+            )
     if not on_gpu:
         out.append(
             "These are CPU timings: our kernels ran in Triton's interpreter, one program at a time, so they "

@@ -96,3 +96,12 @@ def test_an_unwritten_element_a_changed_input_and_an_exception_are_named():
 
     problems = _by_case(check_bias_gelu(lambda x, bias, out: out.copy_(x @ bias), verbose=False))
     assert problems["5 × 33 (32 columns + a tail of 1)"][0].startswith("raised RuntimeError: ")
+
+
+def test_the_skeleton_fails_every_case_saying_the_gelu_is_missing():
+    from lecture_code.exercises.skeletons import bias_gelu as skeleton
+
+    report = check_bias_gelu(skeleton.bias_gelu, verbose=False)
+    assert not report.ok
+    assert len(report.cases) == len(CASES)
+    assert all(any("out equals x + bias: the GELU is missing" in p for p in ps) for _, ps in report.cases)

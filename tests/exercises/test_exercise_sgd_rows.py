@@ -64,3 +64,15 @@ def test_a_new_tensor_a_wrong_sign_a_stray_row_and_an_exception_are_named():
     ]
     _, cases = _by_case(lambda w, i, g, lr: w.index_add_(0, i.int().float(), g))
     assert cases[REPEATS][0].startswith("raised ")
+
+
+def test_the_skeleton_fails_every_nonempty_case_saying_nothing_was_applied():
+    from lecture_code.exercises.skeletons import sgd_rows as skeleton
+
+    report = check_sgd_rows(skeleton.sgd_rows, verbose=False)
+    assert not report.ok
+    for case, (_, problems) in zip(CASES, report.cases, strict=True):
+        if case.ids:
+            assert any("weight is unchanged: no lookup's update was applied" in p for p in problems), problems
+        else:
+            assert problems == []  # an empty batch: nothing to update, the skeleton is right

@@ -105,7 +105,9 @@ def test_quick_benchmark_runs_on_a_cpu(tmp_path, capsys):
     assert csv_path.with_suffix(".png").stat().st_size > 1000
     with csv_path.open() as f:
         saved = list(csv.DictReader(f))
-    assert len(saved) == 8 and {"device", "torch", "triton", "date"} <= set(saved[0])
+    assert len(saved) == 8 and {"device", "torch", "triton", "date", "syncs_per_step", "host_clean"} <= set(
+        saved[0]
+    )
     assert "samples_per_s" in capsys.readouterr().out
 
 

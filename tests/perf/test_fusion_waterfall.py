@@ -112,3 +112,23 @@ def test_chart_is_written(tmp_path):
     rows = waterfall_rows([_result("eager, dense grads", 6.0), _result("fused", 0.5)])
     png = waterfall_chart(rows, tmp_path / "w.png", "title", "subtitle")
     assert png.exists() and png.stat().st_size > 5_000
+
+
+def test_gpu_idle_is_the_unprofiled_share_and_rows_carry_the_host_columns():
+    from lecture_code.perf.dlrm_step import StepMeasurement
+    from lecture_code.perf.fusion_waterfall import gpu_idle
+
+    assert gpu_idle(0.5, 2.0) == pytest.approx(0.75)
+    assert gpu_idle(3.0, 2.0) == 0.0  # the GPU's work fills the step
+    assert gpu_idle(None, 2.0) is None and gpu_idle(math.nan, 2.0) is None
+    old = _result("eager, dense grads", 2.0, gpu_ms=0.5)  # a row of a CSV without the host columns
+    new = StepMeasurement(
+        "fused", "uniform", 1.0, 0.95, 1.05, 0.9, 0.4, 2e6, 10.0, 20.0, syncs_per_step=0.0, host_clean=False
+    )
+    (a, b) = waterfall_rows([old, new])
+    assert (
+        a["gpu_idle"] == pytest.approx(0.75) and math.isnan(a["syncs_per_step"]) and a["host_clean"] is None
+    )
+    assert b["gpu_idle"] == pytest.approx(0.1) and b["syncs_per_step"] == 0.0 and b["host_clean"] is False
+    said = " ".join(waterfall_sentences([a, b], on_gpu=True, kaggle_batch_2048=False))
+    assert "may include waits for the GPU (an upper bound)" in said and "sets the pace" not in said
