@@ -4,8 +4,8 @@ The learner writes ``fn(dy, x, lora_b, scale) -> dA`` (torch ops or a Triton ker
 runs it on a plain shape, odd sizes with 3-D inputs, rank 1 and scale 0, and compares with the dA that
 autograd computes through :func:`kernels.reference.lora_linear` (the one definition of correct), in the
 inputs' dtype. Besides what :func:`.checker.compare` names (shape — a transposed dA is called out —, dtype,
-NaN, the first wrong element), it says when the answer is the reference without its scale, with the scale
-twice, or negated.
+NaN, the first wrong element), it says when the answer is all zeros (the skeleton's TODO), the reference
+without its scale, with the scale twice, or negated.
 """
 
 from __future__ import annotations
@@ -53,9 +53,13 @@ def reference_da(dy: torch.Tensor, x: torch.Tensor, lora_b: torch.Tensor, scale:
 
 
 def _hint(got: torch.Tensor, want: torch.Tensor, scale: float) -> str:
-    if got.shape != want.shape or got.dtype != want.dtype or scale in (0.0, 1.0):
+    if got.shape != want.shape or got.dtype != want.dtype:
         return ""
     g, w = got.detach().double().cpu(), want.detach().double().cpu()
+    if not g.any() and w.any():
+        return "dA is all zeros: nothing computed yet?"
+    if scale in (0.0, 1.0):
+        return ""
     if torch.allclose(g * scale, w, atol=ATOL, rtol=RTOL):
         return "it looks like the scale s is missing"
     if torch.allclose(g, w * scale, atol=ATOL, rtol=RTOL):

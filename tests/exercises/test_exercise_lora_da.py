@@ -57,3 +57,17 @@ def test_a_missing_scale_a_wrong_dtype_a_wrong_element_and_a_nan_are_named():
 
     problem = dict(check_lora_da(one_nan, verbose=False).cases)["rank 1, M 5, K 9, N 6"]
     assert len(problem) == 1 and problem[0].startswith("dA[0, 5] is NaN, expected ")
+
+
+def test_the_skeleton_is_diagnosed_as_not_computed_yet():
+    from lecture_code.exercises.skeletons import lora_da as skeleton
+
+    report = check_lora_da(skeleton.lora_da, verbose=False)
+    assert not report.ok
+    for case in CASES:
+        problems = dict(report.cases)[case.name]
+        if case.scale == 0.0:  # a zero dA is right there: why the checker has other cases
+            assert problems == [], problems
+        else:
+            assert problems[0].startswith("dA[0, 0] = 0, expected "), problems
+            assert problems[-1] == "dA is all zeros: nothing computed yet?", problems

@@ -157,3 +157,16 @@ def test_each_case_has_what_it_says(case):
     assert y.dtype == case.dtype and ((ids >= -1) & (ids < case.L)).all()
     if case.ids is None:
         assert ids[0] == -1 and ids[-1] == case.L - 1
+
+
+def test_the_skeleton_is_diagnosed_as_never_adding():
+    from lecture_code.exercises.skeletons import multi_lora_expand as skeleton
+
+    report = check_multi_lora_expand(skeleton.multi_lora_expand, verbose=False)
+    assert not report.ok
+    for case in CASES:
+        problems = dict(report.cases)[case.name]
+        if case.ids is not None and all(i < 0 for i in case.ids):  # nothing to add: the empty kernel is right
+            assert problems == [], problems
+        else:
+            assert len(problems) == 1 and problems[0].endswith("never added to"), problems
