@@ -1,0 +1,40 @@
+"""The multi-LoRA benchmark's per-shape summary (notebook 08 displays it), on made-up rows, known answers."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import bench_multi_lora
+
+
+def _row(shape, provider, us, host, **kw):
+    return {"shape": shape, "provider": provider, "us": us, "host us": host, **kw}
+
+
+ROWS = [
+    _row("T=16", "ours", 12.0, 100.0, **{"% copy": 42.0, "goal": "≤ 10 µs", "met": "no"}),
+    _row("T=16", "ours split", 12.0, 104.0),
+    _row("T=16", "ours split atomic", 15.0, 110.0),
+    _row("T=16", "torch loop", 1600.0, 1400.0),
+    _row("T=16", "torch gather+bmm", 40.0, 210.0),
+    _row("T=16", "ours (graph)", 13.0, 5.0),
+    _row("T=16", "torch gather+bmm (graph)", 32.0, 6.0),
+    _row("T=9", "ours", 20.0, 90.0, **{"% copy": 30.0, "goal": float("nan"), "met": float("nan")}),
+    _row("T=9", "torch loop", 10.0, 2000.0),  # a rival faster on the device, far slower on the host
+]
+
+
+def test_ours_against_the_fastest_rival_with_and_without_graphs():
+    first, second = bench_multi_lora.summary(ROWS)
+    assert first["ours us"] == 12.0 and first["ours host us"] == 100.0
+    assert first["best other"] == "torch gather+bmm"
+    assert first["its us"] == 40.0 and first["its host us"] == 210.0
+    assert first["its us / ours"] == pytest.approx(40 / 12)
+    assert first["graph: ours us"] == 13.0 and first["graph: ours host us"] == 5.0
+    assert first["graph: best other"] == "torch gather+bmm (graph)" and first["graph: its host us"] == 6.0
+    assert first["graph: its us / ours"] == pytest.approx(32 / 13)
+    assert (first["goal"], first["met"], first["% copy"]) == ("≤ 10 µs", "no", 42.0)
+    assert first["determinism %"] == pytest.approx(100 * (12 / 15 - 1))
+    assert second["best other"] == "torch loop" and second["its us / ours"] == pytest.approx(0.5)
+    assert second["graph: best other"] == "not measured" and second["graph: ours us"] is None
+    assert (second["goal"], second["met"], second["determinism %"]) == ("no goal", "", None)
