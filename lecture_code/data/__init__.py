@@ -39,6 +39,7 @@ from .schema import (
     NUM_DENSE,
     NUM_SPARSE,
     SPARSE_COLUMNS,
+    TERABYTE_CARDINALITIES,
 )
 from .shards import Shard, load_shard, read_row_range, shard_slice
 from .staging import remove_stale_staging
@@ -54,6 +55,7 @@ __all__ = [
     "NUM_DENSE",
     "NUM_SPARSE",
     "SPARSE_COLUMNS",
+    "TERABYTE_CARDINALITIES",
     "Batch",
     "CriteoChunk",
     "CriteoMetadata",

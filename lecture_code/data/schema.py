@@ -38,6 +38,14 @@ KAGGLE_CARDINALITIES: tuple[int, ...] = (
 """Distinct values per categorical feature C1..C26 in the Kaggle set, as published in
 facebookresearch/dlrm (the ``ln_emb`` sizes of its Kaggle runs)."""
 
+TERABYTE_CARDINALITIES: tuple[int, ...] = (
+    45833188, 36746, 17245, 7413, 20243, 3, 7114, 1441, 62, 29275261, 1572176, 345138, 10,
+    2209, 11267, 128, 4, 974, 14, 48937457, 11316796, 40094537, 452104, 12606, 104, 35,
+)  # fmt: skip
+"""Distinct values per categorical feature C1..C26 in the Criteo 1TB logs (177,944,275 in all): the default
+``--num_embeddings_per_feature`` of TorchRec's DLRM example (uncapped). Used for sizes only (sharding plans);
+the synthetic data mirrors Kaggle's."""
+
 KAGGLE_POSITIVE_RATE = 0.256
 
-assert len(KAGGLE_CARDINALITIES) == NUM_SPARSE
+assert len(KAGGLE_CARDINALITIES) == len(TERABYTE_CARDINALITIES) == NUM_SPARSE

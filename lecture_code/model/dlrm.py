@@ -54,6 +54,8 @@ class DLRM(nn.Module):
         embedding_optimizer, embedding_lr, embedding_eps: the optimizer the ``"fused"`` backend applies to
             the tables inside backward (``"sgd"`` or ``"rowwise_adagrad"``); ignored by the other backends,
             whose tables are parameters of the training loop's optimizer.
+        table_device: where the tables are allocated (default: the CPU, like the MLPs). ``"meta"``: nowhere,
+            for a build that makes only its shards of them (:mod:`lecture_code.training.sharded_training`).
     """
 
     def __init__(
@@ -64,6 +66,7 @@ class DLRM(nn.Module):
         embedding_optimizer: str = "sgd",
         embedding_lr: float = 0.01,
         embedding_eps: float = 1e-8,
+        table_device=None,
     ):
         super().__init__()
         if backend not in BACKENDS:
@@ -100,11 +103,11 @@ class DLRM(nn.Module):
 
             self.sparse_arch = FusedSparseArch(
                 config.num_embeddings_per_feature, d, hashes,
-                optimizer=embedding_optimizer, lr=embedding_lr, eps=embedding_eps,
+                optimizer=embedding_optimizer, lr=embedding_lr, eps=embedding_eps, device=table_device,
             )  # fmt: skip
             self.inter_arch = FusedDotInteraction(f, d)
         else:
-            self.sparse_arch = SparseArch(config.num_embeddings_per_feature, d, hashes)
+            self.sparse_arch = SparseArch(config.num_embeddings_per_feature, d, hashes, device=table_device)
             self.inter_arch = make_interaction(config.interaction, f, d)
         self.over_arch = OverArch(self.inter_arch.output_dim, config.over_arch_layer_sizes)
 
@@ -158,6 +161,7 @@ class DLRM(nn.Module):
         backend: str = "eager",
         embedding_optimizer: str = "sgd",
         embedding_lr: float = 0.01,
+        table_device=None,
         **overrides: Any,
     ) -> DLRM:
         """Build a DLRM for preprocessed data, reading only its metadata (duck-typed).
@@ -165,7 +169,7 @@ class DLRM(nn.Module):
         ``metadata`` needs ``num_embeddings_per_feature: tuple[int, ...]`` and, unless ``hashing`` is
         ``"modulus"``, ``vocabularies: list[np.ndarray]`` (sorted kept ids, ``len + 1`` rows per table).
         ``overrides`` replace preset fields, e.g. ``embedding_dim=32, dense_arch_layer_sizes=(64, 32)``;
-        ``backend``, ``embedding_optimizer``, ``embedding_lr``: as in :class:`DLRM`.
+        ``backend``, ``embedding_optimizer``, ``embedding_lr``, ``table_device``: as in :class:`DLRM`.
         """
         config = DLRMConfig.preset(
             preset,
@@ -177,5 +181,5 @@ class DLRM(nn.Module):
         vocabularies = None if hashing == "modulus" else list(metadata.vocabularies)
         return cls(
             config, vocabularies, backend=backend, embedding_optimizer=embedding_optimizer,
-            embedding_lr=embedding_lr,
+            embedding_lr=embedding_lr, table_device=table_device,
         )  # fmt: skip

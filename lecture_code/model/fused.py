@@ -33,6 +33,7 @@ from torch import nn
 from kernels.dlrm.embedding_tbe import TableBatchedEmbedding
 from kernels.dlrm.interaction_dot import interaction_dot, interaction_dot_output_dim
 from lecture_code.model.sparse_arch import checked_hashes, hash_rows
+from lecture_code.model.table_init import draw_table_seed, init_table_rows_
 
 __all__ = ["FusedDotInteraction", "FusedSparseArch"]
 
@@ -44,6 +45,9 @@ class FusedSparseArch(TableBatchedEmbedding):
         num_embeddings_per_feature, embedding_dim, hashes: as :class:`~lecture_code.model.SparseArch`.
         optimizer: ``"sgd"`` or ``"rowwise_adagrad"``, applied inside backward. lr, eps: its settings
             (``lr`` changeable later: ``module.lr = x`` writes the device tensor a CUDA graph reads).
+        device: where the tables are allocated; ``"meta"``: nowhere (the sharded build then makes each
+            rank's rows: :mod:`lecture_code.training.sharded_training`).
+        table_seed: the tables' seed (default: one draw from torch's global generator).
 
     Ids are not range-checked (``check_ids=False``: no host sync, so the step can be a CUDA graph): the hash
     maps every raw id into ``[0, n_f)`` by construction.
@@ -57,19 +61,29 @@ class FusedSparseArch(TableBatchedEmbedding):
         optimizer: str = "sgd",
         lr: float = 0.01,
         eps: float = 1e-8,
+        device=None,
+        table_seed: int | None = None,
     ):
         tables = tuple(int(n) for n in num_embeddings_per_feature)
-        super().__init__(tables, embedding_dim, optimizer=optimizer, lr=lr, eps=eps, check_ids=False)
+        seed = draw_table_seed() if table_seed is None else int(table_seed)
+        super().__init__(
+            tables, embedding_dim, optimizer=optimizer, lr=lr, eps=eps, check_ids=False, device=device
+        )  # its reset_parameters (below) waits for the seed
         self.hashes = checked_hashes(hashes, tables)
+        self.table_seed, self.initial_lr = seed, float(lr)  # initial_lr: readable on a meta-built arch too
+        self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """The eager ``SparseArch``'s draws in its order: ``nn.Embedding``'s ``N(0, 1)`` at construction for
-        every table, then DLRM's ``Uniform(-sqrt(1/n_f), sqrt(1/n_f))`` (the values kept), so one seed gives
-        one model in either backend. Adagrad state to 0."""
+        """The eager ``SparseArch``'s init: DLRM's ``Uniform(-sqrt(1/n_f), sqrt(1/n_f))`` drawn from
+        ``table_seed`` (:mod:`lecture_code.model.table_init`), so one seed gives one model in either backend
+        and in the sharded build. Adagrad state to 0. On a meta device: nothing to fill."""
+        if getattr(self, "table_seed", None) is None:
+            return  # called by the parent's __init__, before the seed is set
         with torch.no_grad():
-            for w in self.embedding_weights():
-                w.normal_()
-        super().reset_parameters()
+            for f, (w, n) in enumerate(zip(self.embedding_weights(), self.table_sizes, strict=True)):
+                init_table_rows_(w, self.table_seed, f, 0, n)
+            if self.momentum is not None and not self.momentum.is_meta:
+                self.momentum.zero_()
 
     def rows(self, sparse: torch.Tensor) -> torch.Tensor:
         """Hash only: raw ids int64 ``[B, F]`` → rows int64 ``[B, F]``; ``rows[b, f]`` indexes table ``f``."""

@@ -14,16 +14,19 @@ One ``nn.Embedding`` per feature, as Criteo has exactly one id per feature per s
 in the dynamo ONNX export; ``nn.Embedding`` exports as a single ``Gather`` per table, a much cleaner
 graph in Netron.)
 
-Initialisation as in DLRM: table ``f`` with ``n_f`` rows is ``Uniform(-sqrt(1/n_f), sqrt(1/n_f))``.
+Initialisation as in DLRM: table ``f`` with ``n_f`` rows is ``Uniform(-sqrt(1/n_f), sqrt(1/n_f))``, drawn
+from one seed per sparse arch in blocks of rows (:mod:`lecture_code.model.table_init`), so that the fused
+backend and the sharded tables (each rank only its rows) make the same tables from the same seed.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import torch
 from torch import nn
+
+from lecture_code.model.table_init import draw_table_seed, init_table_rows_
 
 __all__ = ["SparseArch", "checked_hashes", "hash_rows"]
 
@@ -68,6 +71,9 @@ class SparseArch(nn.Module):
             (:class:`~lecture_code.model.hashing.BatchedVocabularyHash`,
             :class:`~lecture_code.model.hashing.BatchedModulusHash`). Stored as ``self.hashes``: an
             ``nn.ModuleList`` in the first case, the module itself in the second.
+        device: where the tables are allocated (``"meta"``: nowhere, shapes only).
+        table_seed: the seed of the tables' init (default: :func:`~.table_init.draw_table_seed`, one draw
+            from torch's global generator).
     """
 
     def __init__(
@@ -75,11 +81,17 @@ class SparseArch(nn.Module):
         num_embeddings_per_feature: Sequence[int],
         embedding_dim: int,
         hashes: Sequence[nn.Module] | nn.Module,
+        device=None,
+        table_seed: int | None = None,
     ):
         super().__init__()
         tables = tuple(int(n) for n in num_embeddings_per_feature)
         self.hashes = checked_hashes(hashes, tables)
-        self.embeddings = nn.ModuleList(nn.Embedding(n, embedding_dim) for n in tables)
+        # skip_init: no N(0, 1) draws at construction; reset_parameters draws every value from table_seed
+        self.embeddings = nn.ModuleList(
+            nn.utils.skip_init(nn.Embedding, n, embedding_dim, device=device or "cpu") for n in tables
+        )
+        self.table_seed = draw_table_seed() if table_seed is None else int(table_seed)
         self.reset_parameters()
 
     @property
@@ -88,10 +100,9 @@ class SparseArch(nn.Module):
         return not isinstance(self.hashes, nn.ModuleList)
 
     def reset_parameters(self) -> None:
-        """DLRM's table init: ``Uniform(-sqrt(1/n), sqrt(1/n))`` for a table of ``n`` rows."""
-        for table in self.embeddings:
-            bound = math.sqrt(1.0 / table.num_embeddings)
-            nn.init.uniform_(table.weight, -bound, bound)
+        """DLRM's table init, ``Uniform(-sqrt(1/n), sqrt(1/n))`` for a table of ``n`` rows, from the seed."""
+        for f, table in enumerate(self.embeddings):
+            init_table_rows_(table.weight.data, self.table_seed, f, 0, table.num_embeddings)
 
     def rows(self, sparse: torch.Tensor) -> torch.Tensor:
         """Hash only: raw ids int64 ``[B, F]`` → rows int64 ``[B, F]``; ``rows[b, f]`` indexes table ``f``."""

@@ -55,6 +55,7 @@ from torch import nn
 
 from kernels.dlrm.embedding_tbe import TableBatchedEmbedding, table_offsets_for
 from lecture_code.model.sparse_arch import checked_hashes, hash_rows
+from lecture_code.model.table_init import init_table_rows_
 from lecture_code.training.sharding_plan import ShardingPlan
 
 __all__ = ["ShardedEmbedding", "ShardedSparseArch"]
@@ -263,6 +264,15 @@ class ShardedEmbedding(nn.Module):
                     mine = torch.split(self.local.momentum, self.local.table_sizes)[slot]
                     mine.copy_(moments[s.table][s.row_start : s.row_end])
 
+    def draw_tables(self, seed: int) -> None:
+        """This rank's rows as an unsharded build with table seed ``seed`` draws them; Adagrad state 0."""
+        with torch.no_grad():
+            for slot, s in enumerate(self.plan.shards_of(self.rank)):
+                rows = self.local.embedding_weights()[slot]
+                init_table_rows_(rows, seed, s.table, s.row_start, self.plan.table_sizes[s.table])
+            if self.local.momentum is not None:
+                self.local.momentum.zero_()
+
 
 def _interleave(a, b):
     for x, y in zip(a, b, strict=True):
@@ -285,15 +295,30 @@ class ShardedSparseArch(ShardedEmbedding):
         self.register_load_state_dict_pre_hook(_take_rows_of_full_tables)
 
     @classmethod
-    def from_fused(cls, fused, plan: ShardingPlan, rank: int | None = None, group=None) -> ShardedSparseArch:
-        """This rank's shards of a :class:`FusedSparseArch`'s tables (its hashes, optimizer, lr, eps)."""
+    def from_fused(
+        cls, fused, plan: ShardingPlan, rank: int | None = None, group=None, device=None
+    ) -> ShardedSparseArch:
+        """This rank's shards of a :class:`FusedSparseArch`'s tables (its hashes, optimizer, lr, eps).
+
+        Tables in memory: this rank's rows are copied out of them (on their device). Tables on the meta
+        device (``DLRM(..., table_device="meta")``: never allocated): this rank's rows are drawn from the
+        arch's ``table_seed`` (:func:`~lecture_code.model.table_init.init_table_rows_`), the same values an
+        unsharded build with that seed holds, on ``device``; the rank never holds more than its shards
+        and one block of draws."""
         if tuple(fused.table_sizes) != plan.table_sizes or fused.dim != plan.dim:
             raise ValueError(f"{NAME}: the plan is for tables {plan.table_sizes} of D = {plan.dim}, the "
                              f"sparse arch has {tuple(fused.table_sizes)} of D = {fused.dim}")  # fmt: skip
-        sharded = cls(plan, fused.hashes, rank, optimizer=fused.optimizer, lr=fused.lr, eps=fused.eps,
-                      dtype=fused.weight.dtype, device=fused.weight.device, group=group)  # fmt: skip
-        moments = torch.split(fused.momentum, fused.table_sizes) if fused.momentum is not None else None
-        if sharded.local is not None:
+        meta = fused.weight.is_meta
+        lr = fused.initial_lr if meta else fused.lr
+        sharded = cls(plan, fused.hashes, rank, optimizer=fused.optimizer, lr=lr, eps=fused.eps,
+                      dtype=fused.weight.dtype, device=device if meta else fused.weight.device,
+                      group=group)  # fmt: skip
+        if sharded.local is None:
+            return sharded
+        if meta:
+            sharded.draw_tables(fused.table_seed)
+        else:
+            moments = torch.split(fused.momentum, fused.table_sizes) if fused.momentum is not None else None
             sharded.load_tables(fused.embedding_weights(), moments)
         return sharded
 

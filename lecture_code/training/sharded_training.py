@@ -2,15 +2,26 @@
 
 :func:`shard_tables` is this repo's ``DistributedModelParallel``: the tables become
 :class:`~lecture_code.training.sharded_embedding.ShardedSparseArch` (each rank its shards, model parallel)
-and the MLPs stay replicated, their gradients averaged after backward by
-:class:`~lecture_code.training.data_parallel.GradientAllReduce` (data parallel).
+and the MLPs stay replicated (:func:`replicate_mlps`: rank 0's broadcast, their gradients averaged after
+backward by :class:`~lecture_code.training.data_parallel.GradientAllReduce`, data parallel).
+
+**What is built where.** The loop (:func:`lecture_code.training.train.build`) builds the model with
+``table_device="meta"``: the MLPs and the hashes as usual, the tables as shapes only (no memory), so the
+global generator makes the same draws as an unsharded build (one table seed, then the MLPs). Then every rank
+computes the same plan (:func:`plan_for_training`) and allocates only its shards, on its device, drawing their
+rows from the table seed block by block (:mod:`lecture_code.model.table_init`): the values an unsharded build
+with the same seed holds, row for row. No rank ever holds a full table it does not own, so tables larger than
+one GPU (or one host) train; :mod:`lecture_code.training.sharding_report` prints the bytes each rank then holds
+at the 1TB sizes. (TorchRec does the same: ``DistributedModelParallel`` of a model built on the meta device,
+each shard initialised where it lives.)
 
 Two things every rank must now do together, because every lookup is a collective:
 
 - **checkpoints**: :func:`checkpoint_state` gathers the full tables (and Adagrad state) on rank 0, so the file
-  has the unsharded fused model's keys and loads at any world size, sharded or not: the loop loads it into the
-  full model and shards after (resharding is slicing). Gathering costs one table at a time beside the shards;
-  TorchRec writes each rank's shards instead (``torch.distributed.checkpoint``), which scales further.
+  has the unsharded fused model's keys and loads at any world size, sharded or not: a sharded model loads its
+  rows of it (resharding is slicing). Gathering costs one table at a time beside the shards, and loading
+  reads the whole file on every rank; TorchRec writes and reads each rank's shards instead
+  (``torch.distributed.checkpoint``), which scales further.
 - **holdout evaluation**: :func:`evaluate_sharded` makes every rank run as many lookups as the rank with the
   most holdout batches (shards differ by a row, so their batch counts by one), with an empty batch where a
   rank has run out.
@@ -29,7 +40,14 @@ from lecture_code.training.metrics import ctr_metrics
 from lecture_code.training.sharded_embedding import ShardedSparseArch
 from lecture_code.training.sharding_plan import ShardingPlan, plan_sharding
 
-__all__ = ["checkpoint_state", "evaluate_sharded", "plan_for_model", "shard_for_training", "shard_tables"]
+__all__ = [
+    "checkpoint_state",
+    "evaluate_sharded",
+    "plan_for_model",
+    "plan_for_training",
+    "replicate_mlps",
+    "shard_tables",
+]
 
 
 def plan_for_model(
@@ -44,21 +62,28 @@ def plan_for_model(
     )  # fmt: skip
 
 
-def shard_tables(model, plan: ShardingPlan, group=None) -> GradientAllReduce:
-    """Shard a fused DLRM's tables by ``plan`` in place; returns the ``after_backward`` for its MLPs.
+def shard_tables(model, plan: ShardingPlan, group=None, device=None) -> None:
+    """Swap a fused DLRM's sparse arch for this rank's shards of it by ``plan``, in place.
 
-    Rank 0's MLPs and full tables are broadcast first, so every rank shards the same tables."""
+    Built with ``table_device="meta"``: the shards are drawn from the table seed on ``device`` (nothing
+    else of the tables is ever allocated); tables in memory: this rank's rows are copied out of them."""
     sparse = model.sparse_arch
     if getattr(model, "backend", None) != "fused" or isinstance(sparse, ShardedSparseArch):
         raise TypeError(
             f"shard_tables: expected an unsharded fused DLRM (DLRM(..., backend='fused')), got backend "
             f"{getattr(model, 'backend', None)!r} with a {type(sparse).__name__}"
         )
+    model.sparse_arch = ShardedSparseArch.from_fused(sparse, plan, group=group, device=device)
+
+
+def replicate_mlps(model, group=None) -> GradientAllReduce:
+    """Rank 0's MLPs on every rank (a broadcast: every rank built them from the same seed, this makes sure);
+    returns the ``after_backward`` that averages their gradients over the ranks."""
     with torch.no_grad():
-        for t in [*model.parameters(), *model.buffers()]:
-            if t.is_floating_point():
-                dist.broadcast(t, src=0, group=group)
-    model.sparse_arch = ShardedSparseArch.from_fused(sparse, plan, group=group)
+        for module in (model.dense_arch, model.over_arch):
+            for t in [*module.parameters(), *module.buffers()]:
+                if t.is_floating_point():
+                    dist.broadcast(t, src=0, group=group)
     return GradientAllReduce(model.dense_parameters(), group)
 
 
@@ -100,20 +125,15 @@ def evaluate_sharded(model, batches: Iterable, device: torch.device) -> dict[str
     return ctr_metrics(gather_rows(torch.cat(probs)), gather_rows(torch.cat(labels)))
 
 
-def shard_for_training(
-    model, device: torch.device, row_wise_above_mb: float | None, log
-) -> GradientAllReduce:
-    """:func:`shard_tables` with the plan of the loop: on GPUs a per-rank budget of 90% of the smallest free
-    memory over the ranks (every rank must compute the same plan); tables above ``row_wise_above_mb`` MiB
-    row-wise. Logs the plan."""
+def plan_for_training(model, device: torch.device, row_wise_above_mb: float | None) -> ShardingPlan:
+    """The loop's plan (collective on GPUs): a per-rank budget of 90% of the smallest free memory over the
+    ranks (every rank must compute the same plan); tables above ``row_wise_above_mb`` MiB row-wise."""
     budget = None
     if device.type == "cuda":
         free = torch.tensor([torch.cuda.mem_get_info(device)[0]], dtype=torch.int64, device=device)
         dist.all_reduce(free, op=dist.ReduceOp.MIN)
         budget = 0.9 * int(free.item())
     above = row_wise_above_mb * 2**20 if row_wise_above_mb is not None else None
-    plan = plan_for_model(
+    return plan_for_model(
         model, dist.get_world_size(), memory_budget_bytes=budget, row_wise_above_bytes=above
     )
-    log(str(plan))
-    return shard_tables(model, plan)

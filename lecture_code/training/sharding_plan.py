@@ -20,6 +20,11 @@ The plan is a plain value: every rank computes the same one from the same argume
 and ``print(plan)`` shows it. :func:`exchange_bytes` counts what the sharded lookup of
 :mod:`lecture_code.training.sharded_embedding` sends per step, :func:`replicated_exchange_bytes` what the
 data-parallel step of :mod:`lecture_code.training.data_parallel` sends (its docstring derives both).
+
+At sizes no test machine holds, the plan alone says what each rank would allocate (the sharded build allocates
+exactly its shards: :mod:`lecture_code.training.sharded_training`)::
+
+    python -m lecture_code.training.sharding_report --tables terabyte --dim 128 --world-size 4
 """
 
 from __future__ import annotations

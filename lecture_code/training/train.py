@@ -116,7 +116,8 @@ def check_config(cfg: TrainConfig, world_size: int = 1) -> None:
 def build(cfg: TrainConfig, info: DistInfo | None = None):
     """Data splits, model and its optimizers ``(dense, tables or None)`` for a config.
 
-    ``info`` (under torchrun): the splits are this rank's shards, the device ``cuda:LOCAL_RANK`` or cpu."""
+    ``info`` (under torchrun): the splits are this rank's shards, the device ``cuda:LOCAL_RANK`` or cpu;
+    with ``shard_tables`` the model holds only this rank's shards of the tables (a collective)."""
     info = info or DistInfo()
     check_config(cfg, info.world_size)
     data_dir = Path(cfg.data_dir) if cfg.data_dir else criteo.ensure_default_data()
@@ -130,10 +131,15 @@ def build(cfg: TrainConfig, info: DistInfo | None = None):
         train_split, holdout_split = criteo.train_holdout_split(tensors, cfg.holdout_fraction, cfg.seed)
     torch.manual_seed(cfg.seed)
     fused_optimizer = cfg.optimizer if cfg.backend == "fused" else "sgd"  # the others ignore it
+    sharded = info.enabled and cfg.shard_tables  # the tables: shapes only, then each rank its shards
     model = DLRM.from_metadata(
         metadata, preset=cfg.preset, interaction=cfg.interaction, hashing=cfg.hashing, backend=cfg.backend,
-        embedding_optimizer=fused_optimizer, embedding_lr=cfg.lr,
-    ).to(device)  # fmt: skip
+        embedding_optimizer=fused_optimizer, embedding_lr=cfg.lr, table_device="meta" if sharded else None,
+    )  # fmt: skip
+    if sharded:  # collective: every rank the same plan, each allocates and draws only its own rows
+        plan = sharded_training.plan_for_training(model, device, cfg.row_wise_above_mb)
+        sharded_training.shard_tables(model, plan, device=device)
+    model = model.to(device)
     optimizers = make_optimizers(model, cfg.optimizer, cfg.lr)
     return train_split, holdout_split, model, optimizers, device
 
@@ -185,8 +191,9 @@ def _train(cfg: TrainConfig, log: Callable[[str], object], info: DistInfo) -> Tr
     sharded = info.enabled and cfg.shard_tables
     if cfg.shard_tables and not info.enabled:
         log("--shard-tables: one process holds every table (nothing to shard without torchrun)")
-    if sharded:  # tables sharded over the ranks (model parallel), the MLPs data-parallel
-        after_backward = sharded_training.shard_for_training(model, device, cfg.row_wise_above_mb, log)
+    if sharded:  # tables sharded over the ranks by build (model parallel), the MLPs data-parallel
+        log(str(model.sparse_arch.plan))
+        after_backward = sharded_training.replicate_mlps(model)
     elif info.enabled and cfg.backend == "fused":  # tables replicated, only touched rows exchanged
         after_backward = make_fused_data_parallel(model)
     elif info.enabled:

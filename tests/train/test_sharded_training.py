@@ -2,9 +2,10 @@
 batch, and its checkpoint (full tables, gathered) resumes at another world size.
 
 Two gloo ranks train two steps with the tables sharded (some row-wise); one process with the whole tables
-trains the same steps on both ranks' batches: losses and weights agree to float rounding. The sharded
-checkpoint then resumes at one rank (unsharded) without further steps: the re-written checkpoint holds
-exactly the saved tables and Adagrad state, and the holdout metrics over the same rows agree.
+trains the same steps on both ranks' batches: losses and weights agree to float rounding (each rank built only
+its shards, drawn from the same seed: tests/train/test_sharded_build.py). The sharded checkpoint then resumes
+at one rank (unsharded) and at two (sharded) without further steps: the re-written checkpoint holds exactly
+the saved tables and Adagrad state, and the holdout metrics over the same rows agree.
 """
 
 from __future__ import annotations
@@ -111,6 +112,17 @@ def test_a_checkpoint_saved_at_two_ranks_resumes_at_one(sharded_at_two, tmp_path
     _assert_same_tables(read_checkpoint(run_dir / "checkpoint.pt", map_location="cpu"), saved)
     for key in ("logloss", "auc"):  # the same weights over the same holdout rows, split another way
         assert resumed.final[key] == pytest.approx(results[0].final[key], rel=1e-5), key
+
+
+@pytest.mark.slow
+def test_a_checkpoint_saved_at_two_ranks_resumes_sharded(sharded_at_two, tmp_path):
+    """The loop builds each rank's shards, then loads its rows of the checkpoint's full tables into them."""
+    cfg, _, saved = sharded_at_two
+    run_dir = tmp_path / "resume_sharded"
+    run_dir.mkdir()
+    shutil.copy(cfg.run_dir + "/checkpoint.pt", run_dir / "checkpoint.pt")
+    train_processes(replace(cfg, run_dir=str(run_dir), resume=True), 2)  # no step: the saved step
+    _assert_same_tables(read_checkpoint(run_dir / "checkpoint.pt", map_location="cpu"), saved)
 
 
 def test_shard_tables_needs_the_fused_backend():

@@ -13,6 +13,7 @@ from lecture_code.training.sharding_plan import (
     plan_sharding,
     replicated_exchange_bytes,
 )
+from lecture_code.training.sharding_report import main
 
 
 def test_table_wise_goes_largest_first_to_the_least_loaded_rank():
@@ -82,3 +83,16 @@ def test_exchange_bytes_count_what_leaves_each_rank():
     assert rank1 == {"counts": 40, "ids": 8 * B * L, "lengths": 8 * B, "pooled": 2 * B * 2 * 4,
                      "gradients": 1 * B * 2 * 4}  # fmt: skip
     assert replicated_exchange_bytes(3, 2, 2, B, L) == {"ids": 8 * B * 3 * L, "gradients": B * 3 * 2 * 4}
+
+
+def test_the_report_prints_each_ranks_bytes_of_the_terabyte_tables(capsys):
+    """``python -m lecture_code.training.sharding_report``: the 1TB tables at D = 128 outgrow one 80 GB GPU;
+    over 4 ranks each holds about a quarter (one table of 48.9M rows sets the fullest)."""
+    plan = main(["--tables", "terabyte", "--dim", "128", "--world-size", "4"])
+    out = capsys.readouterr().out
+    total, held = sum(plan.table_sizes) * 128 * 4, plan.rank_bytes()
+    assert sum(plan.table_sizes) == 177_944_275 + 26 and total > 80e9 and sum(held) == total
+    assert max(held) < 0.3 * total
+    for r, b in enumerate(held):
+        assert f"rank {r}: {len(plan.shards_of(r))} shards, {b:,} bytes" in out
+    assert f"all tables: {total:,} bytes" in out and f"the fullest rank allocates {max(held):,} bytes" in out
