@@ -59,6 +59,11 @@ def hash_rows(hashes: nn.Module, sparse: torch.Tensor) -> torch.Tensor:
     return torch.stack([h(columns[f]) for f, h in enumerate(hashes)], dim=1)
 
 
+def _default_device() -> torch.device:
+    """Where a tensor made now without a device goes (honours ``with torch.device(...)``)."""
+    return torch.empty(0).device
+
+
 class SparseArch(nn.Module):
     """The hashing and one ``nn.Embedding(n_f, D)`` per sparse feature.
 
@@ -89,7 +94,8 @@ class SparseArch(nn.Module):
         self.hashes = checked_hashes(hashes, tables)
         # skip_init: no N(0, 1) draws at construction; reset_parameters draws every value from table_seed
         self.embeddings = nn.ModuleList(
-            nn.utils.skip_init(nn.Embedding, n, embedding_dim, device=device or "cpu") for n in tables
+            nn.utils.skip_init(nn.Embedding, n, embedding_dim, device=device or _default_device())
+            for n in tables
         )
         self.table_seed = draw_table_seed() if table_seed is None else int(table_seed)
         self.reset_parameters()

@@ -31,7 +31,7 @@ BLOCK_ROWS = 1 << 16
 
 def draw_table_seed() -> int:
     """The seed of a sparse arch's tables: one draw from torch's global (CPU) generator."""
-    return int(torch.randint(0, 2**62, (), dtype=torch.int64))
+    return int(torch.randint(0, 2**62, (), dtype=torch.int64, device="cpu"))  # CPU under a device context too
 
 
 def _block_generator(seed: int, table: int, block: int) -> torch.Generator:
@@ -56,7 +56,7 @@ def init_table_rows_(
     bound = math.sqrt(1.0 / table_rows)
     for block in range(row_start // BLOCK_ROWS, math.ceil(row_end / BLOCK_ROWS)):
         lo, hi = block * BLOCK_ROWS, min((block + 1) * BLOCK_ROWS, table_rows)  # the whole block, always
-        values = torch.empty(hi - lo, dim).uniform_(
+        values = torch.empty(hi - lo, dim, device="cpu").uniform_(
             -bound, bound, generator=_block_generator(seed, table, block)
         )
         a, b = max(lo, row_start), min(hi, row_end)
