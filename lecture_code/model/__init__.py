@@ -44,6 +44,7 @@ from lecture_code.model.interaction_arch import (
 from lecture_code.model.mlp import make_mlp
 from lecture_code.model.over_arch import OverArch
 from lecture_code.model.sparse_arch import SparseArch
+from lecture_code.model.table_init import draw_table_seed, init_table_rows_
 
 __all__ = [
     "BACKENDS",
@@ -63,6 +64,8 @@ __all__ = [
     "SparseArch",
     "VocabularyHash",
     "binary_search_lower_bound",
+    "draw_table_seed",
+    "init_table_rows_",
     "interaction_output_dim",
     "make_hash",
     "make_interaction",

@@ -5,7 +5,8 @@
 - :mod:`.cli`: ``python -m lecture_code.training --preset small --steps 300`` (flags = ``TrainConfig``);
 - :mod:`.distributed`: the same under ``torchrun --nproc-per-node N``: data-parallel (DDP), rank 0 writes;
 - :mod:`.sharding_plan`, :mod:`.sharded_embedding`, :mod:`.sharded_training`: ``--shard-tables``, the tables
-  sharded over the ranks (model parallel, TorchRec's layout), the MLPs data-parallel;
+  sharded over the ranks (model parallel, TorchRec's layout; each rank allocates only its shards), the MLPs
+  data-parallel; :mod:`.sharding_report`: each rank's bytes at Criteo's real sizes, no GPU needed;
 - :mod:`.launch`: ``N`` local ranks started as ``torchrun`` would, from Python (tests, benchmarks);
 - :mod:`.optimizers`: the dense and table optimizers of each ``--optimizer`` (eager row-wise Adagrad too);
 - :mod:`.graphs`: one training step captured as one CUDA graph and replayed (GPU only);

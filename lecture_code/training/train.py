@@ -20,7 +20,8 @@ for both; with ``fused`` the tables' update happens inside backward and the torc
 
 Under ``torchrun --nproc-per-node N`` the same loop trains data-parallel (:mod:`.distributed`): each rank
 its own shard of the data, DDP, rank 0 alone writing; ``batch_size`` is then per rank. With ``shard_tables``
-(fused backend) the tables are sharded over the ranks instead of replicated (:mod:`.sharded_training`).
+(fused backend) the tables are sharded over the ranks instead of replicated, each rank allocating only its
+shards (:mod:`.sharded_training`).
 """
 
 from __future__ import annotations
