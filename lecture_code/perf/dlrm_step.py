@@ -37,12 +37,11 @@ order the lecture applies them (each a named builder, validated against eager in
   eager) and the modulus hash (six) compiled; the step joins the streams after backward.
 
 :func:`measure` times them interleaved (:func:`~lecture_code.perf.step_timing.time_interleaved`: wall time
-per step in a loop that never syncs, its spread over repeats) and, separately, GPU time and host time:
-the GPU is held by ``torch.cuda._sleep`` while the host enqueues, so the events around one step measure only
-the GPU's work (:func:`_hidden_step`), and the host's clock over a loop of steps issued while the GPU still
-sleeps measures only the host's work (:func:`_host_ms`: if the GPU woke before the host finished, the host may
-have waited for it, and the row says so in ``host_clean``); ``syncs_per_step`` counts the calls of one step
-that make the host wait for the GPU (:func:`count_syncs`). A CUDA graph's step is one launch.
+per step in a loop that never syncs, its spread over repeats) and, separately, GPU time and host time with
+the GPU held asleep while the host enqueues (:mod:`lecture_code.perf.step_host_time`: the events around one
+step measure only the GPU's work; the host's clock over a loop of steps issued while the GPU still sleeps
+only the host's, and ``host_clean`` says whether the GPU still slept); ``syncs_per_step`` counts the calls
+of one step that make the host wait for the GPU. A CUDA graph's step is one launch.
 """
 
 from __future__ import annotations
@@ -50,7 +49,6 @@ from __future__ import annotations
 import math
 import statistics
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -59,11 +57,11 @@ from torch import nn
 
 from lecture_code.data import Batch
 from lecture_code.environment import matmul_precision
-from lecture_code.internals import gpu_sleep
 from lecture_code.model import DLRM, DLRMConfig
 from lecture_code.model import fused as _fused  # noqa: F401  (define the Triton kernels outside `with device`)
 from lecture_code.perf.gpu_memory import allocate_shared_workspaces, footprint_bytes
 from lecture_code.perf.mlp_sgd_in_backward import sgd_in_backward
+from lecture_code.perf.step_host_time import count_syncs, hidden_step, host_ms_per_step
 from lecture_code.perf.step_timing import Variant, time_interleaved
 from lecture_code.training import make_graphed_train_step, make_optimizers, make_train_step
 
@@ -73,12 +71,9 @@ __all__ = [
     "StepMeasurement",
     "StepResult",
     "build_step",
-    "compare_with_eager",
-    "count_syncs",
     "load_results",
     "make_batches",
     "measure",
-    "packed_tables",
 ]
 
 IMPLEMENTATIONS = (
@@ -242,9 +237,10 @@ class StepResult:
     ms_min: float
     ms_max: float
     gpu_ms: float | None  # the GPU's time for one step, host hidden (GPU only)
-    # host_ms: the host's work per step, timed over a loop of steps issued while the GPU sleeps (_host_ms; on
-    # a CPU the whole step). CSVs written before that timer (2026-11-24) held the clock around ONE step, which
-    # also held waits: above ms_per_step in every row without a CUDA graph
+    # host_ms: the host's work per step, timed over a loop of steps issued while the GPU sleeps
+    # (step_host_time.host_ms_per_step; on a CPU the whole step). CSVs written before that timer
+    # (2026-11-24) held the clock around ONE step, which also held waits: above ms_per_step in every row
+    # without a CUDA graph
     host_ms: float
     samples_per_s: float
     state_mib: float | None  # what it keeps on the GPU: weights, grads, optimizer, graph pool (see measure)
@@ -258,8 +254,12 @@ class StepMeasurement(StepResult):
     writes. (A subclass, so code that builds a ``StepResult`` from every one of its fields keeps reading
     CSVs written before these columns existed.)"""
 
-    syncs_per_step: float = math.nan  # calls in one step that made the host wait for the GPU (count_syncs)
-    host_clean: bool | None = None  # True: the GPU still slept when the host had issued its steps (_host_ms)
+    syncs_per_step: float = (
+        math.nan
+    )  # calls in one step that made the host wait for the GPU (step_host_time.count_syncs)
+    host_clean: bool | None = (
+        None  # True: the GPU still slept when the host had issued its steps (host_ms_per_step)
+    )
 
 
 def load_results(records: Sequence[dict]) -> list[StepMeasurement]:
@@ -277,82 +277,6 @@ def load_results(records: Sequence[dict]) -> list[StepMeasurement]:
             kw["error"] = ""
         out.append(StepMeasurement(**kw))
     return out
-
-
-def count_syncs(step: Callable, batch: Batch, device: torch.device) -> int:
-    """How many calls of one step make the host wait for the GPU (``.item()``, ``nonzero``, a blocking copy…),
-    counted by torch's sync debug mode (``torch.cuda.set_sync_debug_mode("warn")``: one warning per such
-    call). 0 on a CPU, where there is nothing to wait for."""
-    if device.type != "cuda":
-        return 0
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        torch.cuda.set_sync_debug_mode("warn")
-        try:
-            step(batch)
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
-    torch.cuda.synchronize(device)
-    return sum("synchroniz" in str(w.message) for w in caught)
-
-
-def _host_ms(
-    step: Callable, batches: Sequence[Batch], device: torch.device, wall_ms: float, n: int = 8, tries: int = 4
-) -> tuple[float, bool]:
-    """(host ms per step, clean): the host's clock over ``n`` steps issued back to back, divided by ``n``.
-
-    On a GPU the stream is first held by a sleep sized to twice the wall time of the ``n`` steps (a loop's
-    wall time per step is at least the host's work per step), then an event is recorded behind it. If that
-    event has not completed when the host has issued the ``n`` steps, the GPU ran none of their work during
-    the clock: nothing the host did can have waited for it (a sync, a full launch queue), so the clock holds
-    the host's work alone (``clean``). Otherwise the try is repeated with half the steps (a launch queue
-    holds about a thousand kernels) and a sleep twice as long; after ``tries`` the last time is returned
-    with ``clean`` False: an upper bound, not the host's work. On a CPU: the loop's time (the whole step)."""
-    if device.type != "cuda":
-        t0 = time.perf_counter()
-        for i in range(n):
-            step(batches[i % len(batches)])
-        return 1e3 * (time.perf_counter() - t0) / n, True
-    host = math.nan
-    for attempt in range(tries):
-        torch.cuda.synchronize(device)
-        gpu_sleep(int(2e6 * 2 * n * max(wall_ms, 0.5) * 2**attempt))  # ≈ 2e6 cycles per ms
-        asleep = torch.cuda.Event()
-        asleep.record()
-        t0 = time.perf_counter()
-        for i in range(n):
-            step(batches[i % len(batches)])
-        host = 1e3 * (time.perf_counter() - t0) / n
-        clean = not asleep.query()
-        torch.cuda.synchronize(device)
-        if clean:
-            return host, True
-        n = max(1, n // 2)
-    return host, False
-
-
-def _hidden_step(step: Callable, batch: Batch, device: torch.device, wall_ms: float) -> tuple[float, float]:
-    """(GPU ms, host ms) of one step: the GPU sleeps while the host issues the step (≈ 2e6 cycles per ms).
-
-    The GPU ms are the events' span around the step. The host clock runs from before ``start.record()`` to
-    after ``end.record()``: anything in the step that waits for the GPU (a host sync, a full launch queue)
-    waits for the sleep too, and one step timed alone pays costs a loop amortises. So its ``host ms`` is an
-    upper bound on the host's work, not that work: :func:`measure` takes the host's time from
-    :func:`_host_ms` instead."""
-    if device.type != "cuda":
-        t0 = time.perf_counter()
-        step(batch)
-        return float("nan"), 1e3 * (time.perf_counter() - t0)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize(device)
-    gpu_sleep(int(4e6 * max(wall_ms, 0.5)))  # twice the wall time of a whole step
-    t0 = time.perf_counter()
-    start.record()
-    step(batch)
-    end.record()
-    host = 1e3 * (time.perf_counter() - t0)
-    torch.cuda.synchronize(device)
-    return start.elapsed_time(end), host
 
 
 def measure(
@@ -373,10 +297,10 @@ def measure(
     that fail to build or run become rows with ``error`` set (the message), not a crash; past ``deadline``
     (``time.monotonic()``) the remaining ones are skipped, with that as their error.
 
-    Per row and id distribution, ``hidden_reps`` times (interleaved): the GPU's time of one step
-    (:func:`_hidden_step`) and the host's time per step over ``host_steps`` steps (:func:`_host_ms`; default
-    8 on a GPU, ``steps`` on a CPU), medians reported; ``host_clean`` is True only if every host timing was
-    clean. ``syncs_per_step`` from one step (:func:`count_syncs`).
+    Per row and id distribution, ``hidden_reps`` times (interleaved), from :mod:`.step_host_time`: the GPU's
+    time of one step (``hidden_step``) and the host's time per step over ``host_steps`` steps
+    (``host_ms_per_step``; default 8 on a GPU, ``steps`` on a CPU), medians reported; ``host_clean`` is True
+    only if every host timing was clean. ``syncs_per_step`` from one step (``count_syncs``).
 
     Memory (GPU, :mod:`lecture_code.perf.gpu_memory`): ``state_mib`` is what building and warming a row adds
     to ``footprint_bytes`` (a graph's pool counted whole), after ``allocate_shared_workspaces`` (so the main
@@ -419,8 +343,8 @@ def measure(
         host: dict[str, list[tuple[float, bool]]] = {n: [] for n in live}
         for r in range(hidden_reps):  # interleaved too
             for n, t in zip(live, timings, strict=True):
-                hidden[n].append(_hidden_step(built[n][0], bs[r % len(bs)], device, t.ms_per_step)[0])
-                host[n].append(_host_ms(built[n][0], bs, device, t.ms_per_step, n_host))
+                hidden[n].append(hidden_step(built[n][0], bs[r % len(bs)], device, t.ms_per_step)[0])
+                host[n].append(host_ms_per_step(built[n][0], bs, device, t.ms_per_step, n_host))
         for n, t in zip(live, timings, strict=True):
             transient = t.peak_step_mib if gpu else None
             state = built[n][1]
@@ -440,48 +364,3 @@ def measure(
                 nan = float("nan")
                 results.append(StepMeasurement(n, ids, nan, nan, nan, None, nan, nan, None, None, errors[n]))
     return results
-
-
-def packed_tables(model: nn.Module) -> torch.Tensor:
-    """All tables of a built step's model as one ``[R, D]`` tensor, from its state dict: the packed buffer
-    of ``packed + index_add_``, else the per-table entries (the fused backend's state dict names its packed
-    tables as eager does: checkpoints are interchangeable) concatenated in feature order."""
-    state = model.state_dict()
-    if "sparse_arch.weight" in state:
-        return state["sparse_arch.weight"]
-    f = 0
-    tables = []
-    while f"sparse_arch.embeddings.{f}.weight" in state:
-        tables.append(state[f"sparse_arch.embeddings.{f}.weight"])
-        f += 1
-    return torch.cat(tables)
-
-
-def compare_with_eager(
-    name: str, config: DLRMConfig, device: torch.device, batches: Sequence[Batch], lr: float = 0.1
-) -> dict:
-    """Implementation ``name`` and ``eager, dense grads``, built from one seed, one SGD step on each batch:
-    the largest |loss difference| over the steps, the largest |difference of the tables' updates|, and the
-    largest table update (the scale those differences are small against). A ``TF32`` row is compared with
-    eager run under TF32 too (``matmul_precision("high")``: eager reads the setting at every call), since its
-    products round differently from fp32's. A graph step's warm-up steps are undone when it is built, so the
-    updates are counted from after building."""
-    precision = "high" if "TF32" in name else "highest"
-
-    def run(impl: str) -> tuple[torch.Tensor, torch.Tensor]:
-        torch.manual_seed(0)
-        with matmul_precision(precision):
-            step, model = build_step(impl, config, device, batches[0], lr=lr)
-            before = packed_tables(model).clone()
-            losses = torch.stack([step(b).detach().clone() for b in batches])  # a graph's loss is overwritten
-        return losses, packed_tables(model) - before
-
-    (losses, update), (ref_losses, ref_update) = run(name), run("eager, dense grads")
-    return {
-        "implementation": name,
-        "against": "eager, dense grads" + (" (TF32)" if precision == "high" else ""),
-        "steps": len(batches),
-        "max |Δ loss|": (losses - ref_losses).abs().max().item(),
-        "max |Δ table update|": (update - ref_update).abs().max().item(),
-        "max |table update|": ref_update.abs().max().item(),
-    }

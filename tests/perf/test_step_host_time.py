@@ -1,4 +1,4 @@
-"""The step benchmark's host timer, sync count, CSV reader and eager comparison (perf.dlrm_step)."""
+"""The step benchmark's host timer and sync count (perf.step_host_time), and its CSV rows (perf.dlrm_step)."""
 
 from __future__ import annotations
 
@@ -8,25 +8,16 @@ import math
 import pytest
 import torch
 
-from kernels import runtime
-from lecture_code.model import DLRMConfig
-from lecture_code.perf import dlrm_step
-from lecture_code.perf.dlrm_step import (
-    StepMeasurement,
-    StepResult,
-    compare_with_eager,
-    count_syncs,
-    load_results,
-    make_batches,
-)
+from lecture_code.perf import step_host_time
+from lecture_code.perf.dlrm_step import StepMeasurement, StepResult, load_results
+from lecture_code.perf.step_host_time import count_syncs, host_ms_per_step
 
-CONFIG = DLRMConfig.preset("small", (3, 40, 7, 120), hashing="modulus", over_arch_layer_sizes=(16, 1))
 CPU = torch.device("cpu")
 
 
 def test_host_timer_on_a_cpu_times_the_loop_per_step():
     calls = []
-    ms, clean = dlrm_step._host_ms(lambda b: calls.append(b), ["a", "b"], CPU, wall_ms=1.0, n=5)
+    ms, clean = host_ms_per_step(lambda b: calls.append(b), ["a", "b"], CPU, wall_ms=1.0, n=5)
     assert calls == ["a", "b", "a", "b", "a"] and clean and 0 <= ms < 50
 
 
@@ -53,10 +44,10 @@ class _FakeEvent:
 def test_host_timer_retries_until_the_gpu_still_sleeps(monkeypatch, woke, clean, steps_per_try):
     sleeps, issued = [], []
     _FakeEvent.answers = list(woke)
-    monkeypatch.setattr(dlrm_step.torch.cuda, "Event", _FakeEvent)
-    monkeypatch.setattr(dlrm_step.torch.cuda, "synchronize", lambda device=None: issued.append("sync"))
-    monkeypatch.setattr(dlrm_step, "gpu_sleep", sleeps.append)
-    _, got_clean = dlrm_step._host_ms(lambda b: issued.append(b), [0], torch.device("cuda"), wall_ms=2.0, n=8)
+    monkeypatch.setattr(step_host_time.torch.cuda, "Event", _FakeEvent)
+    monkeypatch.setattr(step_host_time.torch.cuda, "synchronize", lambda device=None: issued.append("sync"))
+    monkeypatch.setattr(step_host_time, "gpu_sleep", sleeps.append)
+    _, got_clean = host_ms_per_step(lambda b: issued.append(b), [0], torch.device("cuda"), wall_ms=2.0, n=8)
     assert got_clean is clean
     per_try = [len(list(g)) for k, g in itertools.groupby(issued, key=lambda x: x == "sync") if not k]
     assert per_try == steps_per_try
@@ -74,9 +65,9 @@ def test_syncs_counted_and_host_timer_clean_on_a_gpu():
     x = torch.ones(1000, device=cuda)
     assert count_syncs(lambda b: x.sum().item(), None, cuda) >= 1
     assert count_syncs(lambda b: x.mul_(1.0), None, cuda) == 0
-    ms, clean = dlrm_step._host_ms(lambda b: x.mul_(1.0), [None], cuda, wall_ms=0.1)
+    ms, clean = host_ms_per_step(lambda b: x.mul_(1.0), [None], cuda, wall_ms=0.1)
     assert clean and ms < 1.0  # one small launch per step: host work only, well under a millisecond
-    _, clean = dlrm_step._host_ms(lambda b: x.sum().item(), [None], cuda, wall_ms=0.1, tries=2)
+    _, clean = host_ms_per_step(lambda b: x.sum().item(), [None], cuda, wall_ms=0.1, tries=2)
     assert not clean  # .item() waits for the sleeping GPU: the timer says its clock held a wait
 
 
@@ -92,44 +83,6 @@ def test_load_results_reads_old_and_new_csv_rows():
     # the old notebook's way of building a StepResult from its fields still works on a new row
     new = {**old, "syncs_per_step": 0.0, "host_clean": True}
     assert StepResult(**{k: new[k] for k in StepResult.__dataclass_fields__}).host_ms == 5.4
-
-
-@pytest.mark.skipif(
-    not runtime.interpreting(), reason="the fused kernels on CPU tensors need the interpreter"
-)
-def test_compare_with_eager_sees_equal_steps_and_a_different_one(monkeypatch):
-    batches = make_batches(CONFIG, 24, 2, CPU, ids="zipf", seed=3)
-    for name in ("fused", "packed + index_add_"):
-        got = compare_with_eager(name, CONFIG, CPU, batches, lr=0.3)
-        assert got["steps"] == 2 and got["against"] == "eager, dense grads"
-        assert got["max |Δ loss|"] < 1e-5 and got["max |Δ table update|"] < 1e-5, got
-        assert got["max |table update|"] > 1e-3  # the tables moved: the comparison is not of zeros
-    build = dlrm_step.build_step
-
-    def off_by_lr(name, config, device, example, lr=0.1):  # a step that updates with twice the rate
-        return build(name, config, device, example, lr=2 * lr if name == "fused" else lr)
-
-    monkeypatch.setattr(dlrm_step, "build_step", off_by_lr)
-    got = compare_with_eager("fused", CONFIG, CPU, batches, lr=0.3)
-    assert got["max |Δ table update|"] > 0.5 * got["max |table update|"]
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize(
-    "name",
-    [
-        "fused + MLP SGD in backward, atomic SGD, CUDA graph",
-        "fused + MLP SGD in backward, atomic SGD, TF32, CUDA graph",
-    ],
-)
-def test_headline_rows_train_like_eager_on_a_gpu(name):
-    cuda = torch.device("cuda")
-    got = compare_with_eager(
-        name, CONFIG, cuda, make_batches(CONFIG, 64, 3, cuda, ids="zipf", seed=3), lr=0.3
-    )
-    assert got["against"].endswith("(TF32)") == ("TF32" in name)
-    assert got["max |Δ loss|"] < 1e-5 and got["max |Δ table update|"] < 1e-5, got
-    assert torch.get_float32_matmul_precision() == "highest"
 
 
 def test_step_measurement_is_a_step_result_with_defaults():

@@ -1,0 +1,99 @@
+"""A training step's host time and GPU time, measured apart, and the calls in it that make the host wait.
+
+A loop's wall time per step is the larger of the host's work and the GPU's work (they overlap). To see each
+alone, the GPU is first held by a sleep kernel (``torch.cuda._sleep``, through :mod:`lecture_code.internals`)
+while the host enqueues: the events around one step then time only the GPU's work (:func:`hidden_step`), and
+the host's clock over a loop of steps issued while the GPU still sleeps times only the host's
+(:func:`host_ms_per_step`). :func:`count_syncs` counts the calls of one step that make the host wait.
+Used by :func:`lecture_code.perf.dlrm_step.measure`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from collections.abc import Callable, Sequence
+
+import torch
+
+from lecture_code.data import Batch
+from lecture_code.internals import gpu_sleep
+
+__all__ = ["count_syncs", "hidden_step", "host_ms_per_step"]
+
+
+def count_syncs(step: Callable, batch: Batch, device: torch.device) -> int:
+    """How many calls of one step make the host wait for the GPU (``.item()``, ``nonzero``, a blocking copy…),
+    counted by torch's sync debug mode (``torch.cuda.set_sync_debug_mode("warn")``: one warning per such
+    call). 0 on a CPU, where there is nothing to wait for."""
+    if device.type != "cuda":
+        return 0
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            step(batch)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize(device)
+    return sum("synchroniz" in str(w.message) for w in caught)
+
+
+def host_ms_per_step(
+    step: Callable, batches: Sequence[Batch], device: torch.device, wall_ms: float, n: int = 8, tries: int = 4
+) -> tuple[float, bool]:
+    """(host ms per step, clean): the host's clock over ``n`` steps issued back to back, divided by ``n``.
+
+    On a GPU the stream is first held by a sleep sized to twice the wall time of the ``n`` steps (a loop's
+    wall time per step is at least the host's work per step), then an event is recorded behind it. If that
+    event has not completed when the host has issued the ``n`` steps, the GPU ran none of their work during
+    the clock: nothing the host did can have waited for it (a sync, a full launch queue), so the clock holds
+    the host's work alone (``clean``). Otherwise the try is repeated with half the steps (a launch queue
+    holds about a thousand kernels) and a sleep twice as long; after ``tries`` the last time is returned
+    with ``clean`` False: an upper bound, not the host's work. On a CPU: the loop's time (the whole step)."""
+    if device.type != "cuda":
+        t0 = time.perf_counter()
+        for i in range(n):
+            step(batches[i % len(batches)])
+        return 1e3 * (time.perf_counter() - t0) / n, True
+    host = math.nan
+    for attempt in range(tries):
+        torch.cuda.synchronize(device)
+        gpu_sleep(int(2e6 * 2 * n * max(wall_ms, 0.5) * 2**attempt))  # ≈ 2e6 cycles per ms
+        asleep = torch.cuda.Event()
+        asleep.record()
+        t0 = time.perf_counter()
+        for i in range(n):
+            step(batches[i % len(batches)])
+        host = 1e3 * (time.perf_counter() - t0) / n
+        clean = not asleep.query()
+        torch.cuda.synchronize(device)
+        if clean:
+            return host, True
+        n = max(1, n // 2)
+    return host, False
+
+
+def hidden_step(step: Callable, batch: Batch, device: torch.device, wall_ms: float) -> tuple[float, float]:
+    """(GPU ms, host ms) of one step: the GPU sleeps while the host issues the step (≈ 2e6 cycles per ms).
+
+    The GPU ms are the events' span around the step. The host clock runs from before ``start.record()`` to
+    after ``end.record()``: anything in the step that waits for the GPU (a host sync, a full launch queue)
+    waits for the sleep too, and one step timed alone pays costs a loop amortises. So its ``host ms`` is an
+    upper bound on the host's work, not that work: :func:`~lecture_code.perf.dlrm_step.measure` takes the
+    host's time from :func:`host_ms_per_step` instead."""
+    if device.type != "cuda":
+        t0 = time.perf_counter()
+        step(batch)
+        return float("nan"), 1e3 * (time.perf_counter() - t0)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize(device)
+    gpu_sleep(int(4e6 * max(wall_ms, 0.5)))  # twice the wall time of a whole step
+    t0 = time.perf_counter()
+    start.record()
+    step(batch)
+    end.record()
+    host = 1e3 * (time.perf_counter() - t0)
+    torch.cuda.synchronize(device)
+    return start.elapsed_time(end), host
