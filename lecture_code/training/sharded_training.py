@@ -12,8 +12,8 @@ computes the same plan (:func:`plan_for_training`) and allocates only its shards
 rows from the table seed block by block (:mod:`lecture_code.model.table_init`): the values an unsharded build
 with the same seed holds, row for row. No rank ever holds a full table it does not own, so tables larger than
 one GPU (or one host) train; :mod:`lecture_code.training.sharding_report` prints the bytes each rank then
-holds at the 1TB sizes. (TorchRec does the same: ``DistributedModelParallel`` of a model built on the meta device,
-each shard initialised where it lives.)
+holds at the 1TB sizes. (TorchRec does the same: ``DistributedModelParallel`` of a model built on the meta
+device, each shard initialised where it lives.)
 
 Two things every rank must now do together, because every lookup is a collective:
 
