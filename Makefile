@@ -27,7 +27,7 @@ $(STAMP): requirements.txt pyproject.toml
 	  if command -v nvidia-smi >/dev/null 2>&1; then $(PY) -m pip install -q "torch>=2.11,<2.14"; \
 	  else $(PY) -m pip install -q torch==2.13.0; fi; fi
 	$(PY) -m pip install -q uv
-	$(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) -r requirements.txt || $(PY) -m pip install -q -r requirements.txt
+	$(VENV)/bin/uv pip install -q --python $(PY) -r requirements.txt || $(PY) -m pip install -q -r requirements.txt
 	$(PY) -m pip install -q --no-deps -e .
 	touch $@
 
