@@ -173,18 +173,9 @@ def run_shape(M, K, N, r, dtype, device, compile_: bool, graphs: bool = False) -
     return rows + graph_rows, skipped
 
 
-def _number(v) -> float | None:
-    """A CSV cell as a float, None where it is empty or NaN (a column an older CSV lacks)."""
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return None if f != f else f
-
-
 def _best(rows: list[dict], names, column: str, graph: bool) -> tuple[str, float] | None:
     sel = [r for r in rows if r["provider"].endswith(GRAPH) == graph]
-    got = [(r["provider"].removesuffix(GRAPH), _number(r.get(column))) for r in sel]
+    got = [(r["provider"].removesuffix(GRAPH), bu.csv_number(r.get(column))) for r in sel]
     got = [(n, v) for n, v in got if n in names and v is not None]
     return min(got, key=lambda nv: nv[1]) if got else None
 

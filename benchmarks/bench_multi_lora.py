@@ -196,27 +196,19 @@ def run_shape(T, L, r, widths, K, dtype, device, copy_cache: dict) -> tuple[list
 RIVALS = ("torch loop", "torch gather+bmm", "vllm")  # the other providers without a graph
 
 
-def _number(v) -> float | None:
-    """A CSV cell as a float, None where it is empty or NaN."""
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return None if f != f else f
-
-
 def _versus(by: dict, mine: str, rivals, prefix: str) -> dict:
     """``mine`` against the fastest of ``rivals`` (device µs), both with their host µs per call."""
-    timed = {p: _number(by[p]["us"]) for p in rivals if p in by and _number(by[p]["us"]) is not None}
+    timed = {p: bu.csv_number(by[p]["us"]) for p in rivals if p in by}
+    timed = {p: us for p, us in timed.items() if us is not None}
     ours = by.get(mine, {})
     line = {
-        f"{prefix}ours us": _number(ours.get("us")),
-        f"{prefix}ours host us": _number(ours.get("host us")),
+        f"{prefix}ours us": bu.csv_number(ours.get("us")),
+        f"{prefix}ours host us": bu.csv_number(ours.get("host us")),
     }
     best = min(timed, key=timed.get) if timed else None
     line[f"{prefix}best other"] = best or "not measured"
     line[f"{prefix}its us"] = timed.get(best)
-    line[f"{prefix}its host us"] = _number(by[best]["host us"]) if best else None
+    line[f"{prefix}its host us"] = bu.csv_number(by[best]["host us"]) if best else None
     mine_us = line[f"{prefix}ours us"]
     line[f"{prefix}its us / ours"] = timed[best] / mine_us if best and mine_us else None
     return line
@@ -237,10 +229,10 @@ def summary(rows: list[dict]) -> list[dict]:
             **_versus(by, "ours (graph)", graphed, "graph: "),
         }
         goal = by["ours"].get("goal")
-        line["% copy"] = _number(by["ours"].get("% copy"))
+        line["% copy"] = bu.csv_number(by["ours"].get("% copy"))
         line["goal"] = goal if isinstance(goal, str) and goal else "no goal"
         line["met"] = by["ours"].get("met") if line["goal"] != "no goal" else ""
-        split, atomic = (_number(by.get(p, {}).get("us")) for p in ("ours split", "ours split atomic"))
+        split, atomic = (bu.csv_number(by.get(p, {}).get("us")) for p in ("ours split", "ours split atomic"))
         line["determinism %"] = 100 * (split / atomic - 1) if split and atomic else None
         out.append(line)
     return out

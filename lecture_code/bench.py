@@ -178,6 +178,15 @@ def stamp(device: torch.device) -> dict[str, str]:
     }
 
 
+def csv_number(v) -> float | None:
+    """A CSV cell as a float; None where it is empty, NaN or not a number (a column an older CSV lacks)."""
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return None if f != f else f
+
+
 def print_table(rows: list[dict], columns: list[str]) -> None:
     widths = {c: max(len(c), *(len(_fmt(r.get(c))) for r in rows)) for c in columns}
     print("  ".join(c.rjust(widths[c]) for c in columns))
