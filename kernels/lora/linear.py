@@ -48,13 +48,14 @@ has a fixed order (no atomics): the same bits every run.
   kernel for the whole forward; the dX GEMM's producers compute s·u likewise, then dB for r ≤ 16).
   **The default.**
 
-Measured (``benchmarks/bench_lora.py``, H100, bf16, torch 2.11, triton 3.6, the committed CSV of 2026-11-24
-(device date); overhead over the frozen base linear, fwd / fwd+bwd): 8192×4096×4096 r16: v3 +5.7% / +10.8%,
-v2 +13% / +22%, unsloth-style +26% / +38%, eager +50% / +58%; r64: v3 +9.7% / +18.7%; 16384×4096×14336 r16:
-v2 +4.3% / +2.9%, v3 +5.5% / −0.4%; 512×4096×4096 r16: v3 +38% / +65%. (A run minutes later with one change,
-since reverted for no measurable gain, flags kept in a buffer instead of zeroed per launch: 8192 r16 fwd+bwd
-+11.5%, r64 +20.0%, 16384 +1.5%.) Where the rest goes, in kernel times (``.gpu``-style probes, median device
-time, H100, 2026-11-23 and -24):
+Measured (``benchmarks/bench_lora.py``, H100, bf16, torch 2.11, triton 3.6, the committed CSV of 2026-11-28
+(device date); overhead over the frozen base linear, fwd / fwd+bwd): 8192×4096×4096 r16: v3 +5.8% / +11.3%,
+v2 +14% / +23%, unsloth-style +27% / +39%, eager +51% / +59%; r64: v3 +9.7% / +20.0%; 16384×4096×14336 r16:
+v2 +0.2% / +2.5%, v3 +3.1% / +0.6%; 512×4096×4096 r16: v3 +34% / +75%. (The run of 2026-11-24 gave 8192 r16
+fwd+bwd +10.8%, r64 +18.7%, 16384 −0.4%: about a point of run-to-run spread.) The same CSV's ``wall us``: at
+8192×4096×4096 r16 fwd+bwd v3's host issues a call in 963 µs against 770 µs on the device, so its wall time
+per call (994 µs) is the host's; captured in a CUDA graph (512 rows) it replays in 2–5 µs of host time.
+Where the rest goes, in kernel times (``.gpu``-style probes, median device time, H100, 2026-11-23 and -24):
 
 - the base GEMM with the expand in its epilogue, s·t given: 363 µs (runs of 2 N-tiles, see
   :func:`kernels.lora.gemm.gemm_rule`) against cuBLAS's 347 (+5%); grouped order 367, warp-specialized 367,
