@@ -38,11 +38,9 @@ end of ``x`` or ``bias``), guard elements of ``out`` overwritten (writes past it
 
 from __future__ import annotations
 
-import importlib.util
-import os
+import linecache
 import re
-import shutil
-import tempfile
+import types
 import weakref
 from dataclasses import dataclass, field
 
@@ -125,17 +123,17 @@ class V0:
         return int(self.constants["xnumel"])
 
     def _load(self):
-        # triton.jit reads its function's source from a file, so the captured text goes into one, in a folder
-        # removed with this object (or when the process exits).
+        # triton.jit reads its function's source through inspect, which finds it in linecache: the captured
+        # text is registered there under a name of its own (no file, so nothing is left behind on disk when a
+        # notebook kernel is killed) and dropped from linecache with this object.
         if self._jit is None:
-            folder = tempfile.mkdtemp(prefix="bias_relu_v0_")
-            weakref.finalize(self, shutil.rmtree, folder, ignore_errors=True)
-            path = os.path.join(folder, "v0_kernel.py")
-            with open(path, "w") as f:
-                f.write((_INTERPRETER_HEADER if interpreting() else _GPU_HEADER) + self.source)
-            spec = importlib.util.spec_from_file_location("bias_relu_v0_kernel", path)
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
+            source = (_INTERPRETER_HEADER if interpreting() else _GPU_HEADER) + self.source
+            filename = f"<bias_relu_v0 {id(self):x}>"
+            linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+            weakref.finalize(self, linecache.cache.pop, filename, None)
+            module = types.ModuleType("bias_relu_v0_kernel")
+            module.__file__ = filename
+            exec(compile(source, filename, "exec"), module.__dict__)
             self._jit = getattr(module, self.kernel.name)
         return self._jit
 
