@@ -26,7 +26,9 @@ def test_wall_us_times_a_loop_and_keeps_to_its_budget():
 
     us = bench.wall_us(two_ms, torch.device("cpu"), calls=100, budget_ms=20)
     assert 2000 <= us < 4000
-    assert 2 + 5 <= len(calls) <= 2 + 10  # 2 to warm up and size the loop, then ≈ 20 ms / (≥ 2 ms) calls
+    # 2 to warm up and size the loop, then ≈ 20 ms / (≥ 2 ms) calls: at most 10, at least the 3 it never
+    # goes below (a loaded machine sleeps longer than asked, so the sized loop can hold fewer than 10)
+    assert 2 + 3 <= len(calls) <= 2 + 10
     calls.clear()
     bench.wall_us(two_ms, torch.device("cpu"), calls=100, budget_ms=1)
     assert len(calls) == 2 + 3  # never fewer than 3 timed calls
