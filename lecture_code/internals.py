@@ -98,6 +98,39 @@ def output_code_logged() -> Iterator[logging.Logger]:
         torch._logging.set_logs()
 
 
+@contextmanager
+def recompiles_logged() -> Iterator[list[str]]:
+    """Inside the block, dynamo logs why it compiles a function again (``TORCH_LOGS=recompiles``, via
+    ``torch._logging.set_logs``); the yielded list collects those messages instead of printing them to stderr.
+
+    Each message is one recompile: ``Recompiling function f in <file>:<line>`` and, below ``triggered by the
+    following guard failure(s):``, one ``- 0/0: tensor 'x' size mismatch at index 0. expected 64, actual 32``
+    line per failed guard. The records reach dynamo's logger (``torch._dynamo``, which does not propagate to
+    ``torch``), from its ``__recompiles`` artifact logger. The log settings are reset on exit.
+    """
+    messages: list[str] = []
+
+    class _Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.name.endswith(".__recompiles"):
+                messages.append(record.getMessage())
+
+    torch._logging.set_logs(recompiles=True)
+    logger = logging.getLogger(DYNAMO_LOGGER)
+    printing = list(logger.handlers)  # torch's stderr handler: the messages go to the list only
+    for handler in printing:
+        logger.removeHandler(handler)
+    collector = _Collect(level=logging.DEBUG)
+    logger.addHandler(collector)
+    try:
+        yield messages
+    finally:
+        logger.removeHandler(collector)
+        for handler in printing:
+            logger.addHandler(handler)
+        torch._logging.set_logs()
+
+
 def dynamo_logger() -> logging.Logger:
     """Dynamo's logger (its warnings: ``Profiler record function … will be ignored``, graph breaks)."""
     return logging.getLogger(DYNAMO_LOGGER)
@@ -123,6 +156,14 @@ def inductor_config() -> types.ModuleType:
     from torch._inductor import config
 
     return config
+
+
+def inductor_mode_options(mode: str) -> dict[str, Any]:
+    """``torch._inductor.list_mode_options(mode)``: the inductor settings a ``torch.compile(mode=...)`` turns
+    on, e.g. ``{'max_autotune': True, 'coordinate_descent_tuning': True}``."""
+    from torch._inductor import list_mode_options
+
+    return dict(list_mode_options(mode))
 
 
 def clear_torch_triton_caches() -> None:
@@ -230,10 +271,12 @@ __all__ = [
     "gpu_sleep",
     "gpu_sleep_available",
     "inductor_config",
+    "inductor_mode_options",
     "interpreted_function_class",
     "interpreter_module",
     "jit_function_class",
     "output_code_logged",
+    "recompiles_logged",
     "run_and_get_code",
     "tree_leaves",
     "triton_compile_api",

@@ -51,8 +51,11 @@ Why blocks and not one program per run: the Kaggle tables include tiny ones (3, 
 2048 holds runs of hundreds of entries even under uniform ids, and a Zipf head row is seen hundreds of times.
 One program summing such a run serially is a chain of hundreds of dependent loads; the block's product
 spreads it over the lanes, and a run longer than a block costs one partial per block it crosses. FBGEMM's
-TBE backward splits runs by length too (``find_long_segments``, then its ``cta_per_row`` kernels for the
-long runs and ``warp_per_row`` for the rest).
+TBE backward splits runs by length too: its ``split_embedding_backward_codegen_find_long_segments`` kernel
+collects the runs at least ``max_segment_length_per_warp`` long for its ``cta_per_row`` kernel (the other
+runs go to ``warp_per_row``), and its comment there reads "A segment with length >
+max_segment_length_per_cta is handled by more than 1 thread block." (pytorch/FBGEMM,
+``fbgemm_gpu/codegen/training/backward/embedding_backward_split_grad_template.cu``).
 
 Cost: a sort of nnz keys, plus nnz·8 of ``order`` read and the ids' pass to build the keys.
 Bytes: read nnz·(4 + 8) (keys, order) + nnz·D·s (gradient rows, gathered) + U·D·s (the U unique rows),
@@ -72,11 +75,12 @@ in exact arithmetic). A hot row's adds serialise (under Zipf a head row takes hu
 a 16-bit weight would be rounded at every add.
 
 Out-of-range ids (``id < 0`` or ``id ≥ n_f``). ``check_ids=True`` (the default) checks once per call, outside
-the kernels: one fused torch reduction over the ids plus ONE device→host sync (``bool(bad.any())``,
-≈ 10–20 µs on a GPU), and raises ``IndexError`` naming the feature and the bad value. A CUDA-graph step
-(no host sync allowed) passes ``check_ids=False``: the kernels then still never touch memory outside the
-table — an out-of-range entry pools as zeros and updates nothing — but no error is raised. Ids that come
-from :class:`~lecture_code.model.hashing.BatchedModulusHash` are in range by construction.
+the kernels: one fused torch reduction over the ids plus ONE device→host sync (``bool(bad.any())``: the host
+waits for the GPU to finish all the work queued before it), and raises ``IndexError`` naming the feature and
+the bad value. A CUDA-graph step (no host sync allowed) passes ``check_ids=False``: the kernels then still
+never touch memory outside the table — an out-of-range entry pools as zeros and updates nothing — but no error
+is raised. Ids that come from :class:`~lecture_code.model.hashing.BatchedModulusHash` are in range by
+construction.
 
 Autograd. The packed weight is *not* a leaf that receives ``.grad``: the backward has already applied the
 update, and returns ``None`` for it. The module keeps ``weight`` as a buffer (not a parameter), so an outer

@@ -77,10 +77,11 @@ Where the rest goes, in kernel times (``.gpu``-style probes, median device time,
 - host time: ``kernel[grid](...)`` costs ≈ 45–65 µs of Python per launch of the persistent GEMM (Triton 3.6's
   binder and cache key) against F.linear's ≈ 15–20, so every Triton kernel here launches through
   :class:`kernels.fast_launch.CachedLauncher` (the compiled kernel's own launcher, kept per exact argument
-  key: ≈ 28 µs), with grid and constexprs computed once per shape. The CSV's host µs column: v3 forward 104 µs
-  per call at 8192×4096×4096 r16 (F.linear 17), v3 fwd+bwd 666 against 773 µs of device time (base fwd+bwd
-  109): the rest is torch's (autograd.grad of a Python ``Function``, the small cuBLAS calls). At M = 512 the
-  device needs 0.04–0.1 ms, so fwd+bwd is host-bound (v3 host 570 µs against 97 µs of device time). CUDA
+  key: ≈ 28 µs), with grid and constexprs computed once per shape. The CSV's host µs column (2026-11-28):
+  v3 forward 294 µs per call at 8192×4096×4096 r16 (F.linear 15), v3 fwd+bwd 963 against 770 µs of device
+  time (base fwd+bwd 140), so that call is host-bound. The CSV of 2026-11-24 had 104 and 666 µs for the same
+  two rows: the host's cost per call has risen since, and what raised it is not yet measured apart. At M = 512
+  the device needs 0.04–0.1 ms, so fwd+bwd is host-bound (v3 host 1,093 µs against 99 µs of device time). CUDA
   graphs (``torch.cuda.graphs``) remove it for a fixed shape.
 
 **General path.** v2/v3 need tensor descriptors: x and W with unit last stride and 16-byte aligned rows

@@ -31,8 +31,9 @@ L · ⌈T / BLOCK_M⌉ mostly-empty programs of a grid over (adapter, row block)
   the kernel is bound by that loop's latency: on the H100 it measured slower than the split path at every
   benchmarked shape in device time (``benchmarks/results/multi_lora/``; its host time per call is the lower
   one, so in a loop without CUDA graphs it can be the faster call), and is kept as the one-kernel alternative.
-- ``"split"`` (shrink, then expand): the shrink splits K into ``split`` chunks (split-K: a decode batch of
-  8 tiles × 32 chunks fills an H100) and writes fp32 partial sums ``part[k, s, pos, :]`` of ``x Aᵀ`` by
+- ``"split"`` (shrink, then expand): the shrink splits K into ``split`` chunks (split-K, whole ``BLOCK_K``
+  steps each, :func:`shrink_split`: at T = 16, K = 4096, 8 adapters, 8 tiles × 16 chunks of 256 columns,
+  about one program per SM of an H100) and writes fp32 partial sums ``part[k, s, pos, :]`` of ``x Aᵀ`` by
   sorted position; the expand sums the chunks in a fixed order (k = 0, 1, …), scales, rounds and adds
   ``t B_sᵀ`` to ``[BLOCK_M, BLOCK_N]`` tiles of y. **The default** (``path=None``): two launches, but the
   K loop is spread over programs instead of run by each.
@@ -103,7 +104,7 @@ NEEDS = Needs("add_multi_lora's Triton kernels", TRITON_FLOOR, 64 * 1024)
 @triton.jit
 def _find_tile(tile, counts_ptr, L, BLOCK_M: tl.constexpr, BLOCK_L: tl.constexpr):
     # (adapter, row block within it, its first sorted position, its token count) of tile number `tile`;
-    # adapter = L when the tile is past the last one. Adapters' tiles are numbered in ascending id order.
+    # adapter ≥ L (BLOCK_L) when the tile is past the last one. Tiles are numbered in ascending id order.
     ls = tl.arange(0, BLOCK_L)
     cnt = tl.load(counts_ptr + ls, mask=ls < L, other=0)
     tiles = (cnt + (BLOCK_M - 1)) // BLOCK_M
@@ -384,6 +385,18 @@ def plan(
     return MultiLoRAPlan(path, **out)
 
 
+def shrink_split(p: MultiLoRAPlan, K: int) -> tuple[int, int]:
+    """(chunks, columns per chunk) of K that the split path's shrink launches for plan ``p``. The config's
+    ``split`` is a request (at most the ``BLOCK_K`` steps of K), rounded so that every chunk is whole
+    ``BLOCK_K`` steps and none is empty: ``k_per = ⌈⌈K / split⌉ / BLOCK_K⌉ · BLOCK_K``, ``⌈K / k_per⌉``
+    chunks (17 asked of K = 4096 in steps of 128: 16 chunks of 256)."""
+    if p.path != "split":
+        raise ValueError(f"{FN}: shrink_split needs a 'split' plan, got path={p.path!r}")
+    cs = p.shrink
+    k_per = cdiv(cdiv(K, min(cs.split, cdiv(K, cs.block_k))), cs.block_k) * cs.block_k
+    return cdiv(K, k_per), k_per
+
+
 @dataclass(frozen=True)
 class _Launch:
     grid: tuple
@@ -411,8 +424,7 @@ def _launches(p: MultiLoRAPlan, T, K, widths, R, L, dtype, sliced, scale_tensor,
               ("BLOCK_K", c.block_k), ("BLOCK_R", block_r), ("BLOCK_L", block_l))  # fmt: skip
         return (_Launch((slots(c) * split, S), ce, c.num_warps, c.num_stages, split, 0),)
     cs, cx = p.shrink, p.expand
-    k_per = cdiv(cdiv(K, min(cs.split, cdiv(K, cs.block_k))), cs.block_k) * cs.block_k
-    split_k = cdiv(K, k_per)  # no empty chunk
+    split_k, k_per = shrink_split(p, K)  # no empty chunk
     atomic = not deterministic and split_k > 1
     ce_s = (*common, ("ATOMIC", atomic), *prec, ("BLOCK_M", cs.block_m), ("BLOCK_K", cs.block_k),
             ("BLOCK_R", block_r), ("BLOCK_L", block_l))  # fmt: skip

@@ -21,7 +21,9 @@ The folder, one concept per module (import from here):
 - :mod:`.op_count`: eager ATen ops against compiled launches and library calls;
 - :mod:`.wrapper_launches`: the buffers of ``call()``, what each launch and library call reads and writes;
 - :mod:`.concatenation`: how DLRM's interaction input was built (the gathers' buffer, copies, the ReLU);
-- :mod:`.bias_relu_v0`: inductor's bias+ReLU kernel captured at one shape, launched raw (notebook 04's v0).
+- :mod:`.bias_relu_v0`: inductor's bias+ReLU kernel captured at one shape, launched raw (notebook 04's v0);
+- :mod:`.autotune_log`: the GEMM candidates ``mode="max-autotune"`` benchmarked, and which won;
+- :mod:`.recompiles`: how often dynamo compiles a function over calls of new shapes, and why (guards).
 
 Example::
 
@@ -32,6 +34,7 @@ Example::
     show_kernel(find_kernels(code, contains=("relu",))[0])
 """
 
+from lecture_code.compile.autotune_log import autotune_tables, capture_autotuned
 from lecture_code.compile.capture import GraphBreaks, capture_compiled_code, explain_graph_breaks
 from lecture_code.compile.concatenation import ConcatReport, concatenation_report
 from lecture_code.compile.generated_code import KERNEL_KINDS as KERNEL_KINDS
@@ -45,10 +48,12 @@ from lecture_code.compile.generated_code import (
     show_kernel,
 )
 from lecture_code.compile.op_count import OpCount, compiled_op_count, eager_op_count
+from lecture_code.compile.recompiles import Compile, Recompiles, count_compiles, guard_failures
 from lecture_code.compile.wrapper_launches import BufferView, Launch, LibraryCall, memory_lines, parse_wrapper
 
 __all__ = [
     "BufferView",
+    "Compile",
     "CompiledCode",
     "ConcatReport",
     "GraphBreaks",
@@ -56,13 +61,18 @@ __all__ = [
     "Launch",
     "LibraryCall",
     "OpCount",
+    "Recompiles",
+    "autotune_tables",
+    "capture_autotuned",
     "capture_compiled_code",
     "compiled_op_count",
     "concatenation_report",
+    "count_compiles",
     "eager_op_count",
     "explain_graph_breaks",
     "find_kernels",
     "fused_ops",
+    "guard_failures",
     "memory_lines",
     "parse_kernel_name",
     "parse_output_code",

@@ -24,9 +24,9 @@ and why.
 dropout(x). The fused kernels take one x for both: v3's producer programs load it for the shrink on their
 own, v2 and v1 make a pass over it of their own, but none takes a second, dropped-out x or draws a dropout
 mask in the shrink's loads (and again for dA in the backward). So ``backend="fused"`` with ``dropout > 0`` is
-refused at construction, with the way out in the message (whose reason, "reads x once", is older than
-this paragraph: see :func:`_check_backend`). PEFT's default ``lora_dropout`` is 0.0; configs copied from
-tutorials often set 0.05 or 0.1 — those train with ``backend="eager"``.
+refused at construction, with this reason and the way out in the message (:func:`_check_backend`). PEFT's
+default ``lora_dropout`` is 0.0; configs copied from tutorials often set 0.05 or 0.1 — those train with
+``backend="eager"``.
 
 **Merging.** :meth:`merge` adds s·B A into W (one forward GEMM instead of three, for inference),
 :meth:`unmerge` subtracts it again; while merged the forward is the base layer alone.
@@ -53,10 +53,10 @@ def _check_backend(backend: str, dropout: float) -> None:
         raise ValueError(f"LoRALinear: backend={backend!r} is not one of {BACKENDS}")
     if backend == "fused" and dropout > 0:
         raise ValueError(
-            f"LoRALinear: backend='fused' needs dropout=0, got dropout={dropout}. The fused kernel reads x "
-            "once for the base GEMM and the LoRA branch, but LoRA dropout (as in PEFT's lora_dropout) feeds "
-            "the branch a different, dropped-out x. Use backend='eager' to train with dropout, or dropout=0 "
-            "(PEFT's default) for the fused kernel."
+            f"LoRALinear: backend='fused' needs dropout=0, got dropout={dropout}. The fused kernels take one "
+            "x for both the base GEMM and the LoRA branch and draw no dropout mask, but LoRA dropout (as in "
+            "PEFT's lora_dropout) feeds the branch a different, dropped-out x. Use backend='eager' to train "
+            "with dropout, or dropout=0 (PEFT's default) for the fused kernels."
         )
 
 

@@ -42,7 +42,7 @@ GOAL_MS = next(g.bound for g in goals_for("dlrm_step") if g.key == "kaggle, batc
 STEPS: dict[str, str] = {
     "eager, dense grads": "the model of notebook 01: 26 nn.Embedding, a dense gradient per table",
     "eager, sparse grads": "nn.Embedding(sparse=True): gradients of the touched rows only",
-    "compile, dense grads": "torch.compile on forward + loss (notebook 03)",
+    "compile, dense grads": "torch.compile on the model's forward (backward by AOTAutograd; notebook 03)",
     "packed + index_add_": "one packed table, one gather; SGD by index_add_ inside the backward",
     "packed + index_add_, CUDA graph": "the same step captured once, replayed: one launch per step",
     "fused": "our kernels: table-batched embedding with SGD in its backward, fused dot interaction",

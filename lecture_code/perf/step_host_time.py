@@ -20,15 +20,24 @@ import torch
 from lecture_code.data import Batch
 from lecture_code.internals import gpu_sleep
 
-__all__ = ["count_syncs", "hidden_step", "host_ms_per_step"]
+__all__ = ["SYNC_WARNING", "count_syncs", "hidden_step", "host_ms_per_step"]
 
 
-def count_syncs(step: Callable, batch: Batch, device: torch.device) -> int:
+SYNC_WARNING = "called a synchronizing CUDA operation"
+"""The text of the warning torch's sync debug mode issues at each call that makes the host wait."""
+
+
+def count_syncs(step: Callable, batch: Batch, device: torch.device, warmup: int = 1) -> int:
     """How many calls of one step make the host wait for the GPU (``.item()``, ``nonzero``, a blocking copy…),
     counted by torch's sync debug mode (``torch.cuda.set_sync_debug_mode("warn")``: one warning per such
-    call). 0 on a CPU, where there is nothing to wait for."""
+    call, :data:`SYNC_WARNING`; other warnings are not counted). The step first runs ``warmup`` times with
+    the mode off, so a wait that happens once (a lazy initialisation, a first call's compile or allocation)
+    is not counted as one in every step. 0 on a CPU, where there is nothing to wait for."""
     if device.type != "cuda":
         return 0
+    for _ in range(warmup):
+        step(batch)
+    torch.cuda.synchronize(device)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         torch.cuda.set_sync_debug_mode("warn")
@@ -37,7 +46,7 @@ def count_syncs(step: Callable, batch: Batch, device: torch.device) -> int:
         finally:
             torch.cuda.set_sync_debug_mode("default")
     torch.cuda.synchronize(device)
-    return sum("synchroniz" in str(w.message) for w in caught)
+    return sum(SYNC_WARNING in str(w.message) for w in caught)
 
 
 def host_ms_per_step(

@@ -252,6 +252,26 @@ def test_rule_fills_an_h100(monkeypatch):
             assert multi_lora_rule(kernel, T, 4096, 4096, 128, 3, 32, 132).is_complete()
 
 
+def test_shrink_split_is_what_launches():
+    # The config's split is a request: rounded to whole BLOCK_K steps per chunk, no chunk empty.
+    def split_plan(block_k, split):
+        return ml.MultiLoRAPlan("split", shrink=BranchConfig(32, 16, block_k, split, 4, 4),
+                                expand=BranchConfig(32, 128, 16, 1, 8, 1))  # fmt: skip
+
+    assert ml.shrink_split(split_plan(128, 17), 4096) == (16, 256)  # the H100 rule at T = 16 (see above)
+    assert ml.shrink_split(split_plan(128, 1), 4096) == (1, 4096)
+    assert ml.shrink_split(split_plan(64, 4), 300) == (3, 128)  # 75 columns asked, 2 steps each
+    assert ml.shrink_split(split_plan(64, 99), 129) == (3, 64)  # at most the K steps; a masked last chunk
+    for K, block_k, split in ((4096, 128, 17), (300, 64, 4), (129, 64, 99), (16, 16, 4)):
+        p = split_plan(block_k, split)
+        chunks, k_per = ml.shrink_split(p, K)
+        assert k_per % block_k == 0 and (chunks - 1) * k_per < K <= chunks * k_per
+        shrink = ml._launches(p, 16, K, (64,), 16, 8, torch.float32, 0, False, True)[0]
+        assert (shrink.split, shrink.extra) == (chunks, k_per)
+    with pytest.raises(ValueError, match="split"):
+        ml.shrink_split(ml.MultiLoRAPlan("fused", fused=BranchConfig(16, 128, 128, 1, 4, 3)), 4096)
+
+
 def test_plan_is_resolved_once_per_shape():
     ml.forget_plans()
     device = runtime.default_device()

@@ -167,8 +167,11 @@ def test_dropout_applies_to_the_branch_input_only(seed, randomize_b):
 
 
 def test_fused_backend_refuses_dropout():
-    with pytest.raises(ValueError, match="backend='fused' needs dropout=0.*backend='eager'"):
+    with pytest.raises(ValueError, match="backend='fused' needs dropout=0.*backend='eager'") as refused:
         LoRALinear(nn.Linear(8, 8), r=2, dropout=0.1, backend="fused")
+    # the reason the kernels have: one x for both, no mask (not "reads x once": v3's producers read x again)
+    assert "one x for both the base GEMM and the LoRA branch and draw no dropout mask" in str(refused.value)
+    assert "reads x once" not in str(refused.value)
     layer = LoRALinear(nn.Linear(8, 8), r=2, dropout=0.1)
     with pytest.raises(ValueError, match="needs dropout=0"):
         layer.set_backend("fused")

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 
 import pytest
 import torch
 
 from lecture_code.perf import step_host_time
 from lecture_code.perf.dlrm_step import StepMeasurement, StepResult, load_results
-from lecture_code.perf.step_host_time import count_syncs, host_ms_per_step
+from lecture_code.perf.step_host_time import SYNC_WARNING, count_syncs, host_ms_per_step
 
 CPU = torch.device("cpu")
 
@@ -59,12 +60,51 @@ def test_no_syncs_counted_on_a_cpu():
     assert count_syncs(lambda b: torch.ones(3).sum().item(), None, CPU) == 0
 
 
+def _fake_sync_debug_mode(monkeypatch) -> dict:
+    """Torch's sync debug mode without a GPU: ``mode`` is what the step sees; it warns as torch would."""
+    state = {"mode": "default"}
+    monkeypatch.setattr(step_host_time.torch.cuda, "set_sync_debug_mode", lambda m: state.update(mode=m))
+    monkeypatch.setattr(step_host_time.torch.cuda, "synchronize", lambda device=None: None)
+    return state
+
+
+def test_syncs_counted_after_a_warm_up_step(monkeypatch):
+    state, calls = _fake_sync_debug_mode(monkeypatch), []
+
+    def step(batch):  # waits twice in every step, and once more in its first step only
+        calls.append(state["mode"])
+        if state["mode"] == "warn":
+            for _ in range(2 + (len(calls) == 1)):
+                warnings.warn(SYNC_WARNING, stacklevel=1)
+            warnings.warn("torch.cuda.synchronize() is not needed here", stacklevel=1)  # not a sync
+
+    assert count_syncs(step, None, torch.device("cuda")) == 2
+    assert calls == ["default", "warn"] and state["mode"] == "default"  # the warm-up ran with the mode off
+    calls.clear()
+    # no warm-up: the first step's one-time wait is counted too
+    assert count_syncs(step, None, torch.device("cuda"), warmup=0) == 3
+
+
+def test_sync_debug_mode_is_turned_off_when_the_step_raises(monkeypatch):
+    state = _fake_sync_debug_mode(monkeypatch)
+
+    def step(batch):
+        if state["mode"] == "warn":
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        count_syncs(step, None, torch.device("cuda"))
+    assert state["mode"] == "default"
+
+
 @pytest.mark.gpu
 def test_syncs_counted_and_host_timer_clean_on_a_gpu():
     cuda = torch.device("cuda")
     x = torch.ones(1000, device=cuda)
     assert count_syncs(lambda b: x.sum().item(), None, cuda) >= 1
     assert count_syncs(lambda b: x.mul_(1.0), None, cuda) == 0
+    first = []
+    assert count_syncs(lambda b: first or first.append(x.sum().item()), None, cuda) == 0  # first step only
     ms, clean = host_ms_per_step(lambda b: x.mul_(1.0), [None], cuda, wall_ms=0.1)
     assert clean and ms < 1.0  # one small launch per step: host work only, well under a millisecond
     _, clean = host_ms_per_step(lambda b: x.sum().item(), [None], cuda, wall_ms=0.1, tries=2)

@@ -3,6 +3,9 @@
 - :mod:`.linear_relu`: ``linear_relu(x, weight, bias, out)``, a tiled GEMM whose epilogue is left to write
   (the GEMM notebook; checker :func:`lecture_code.exercises.check_linear_relu`, an answer in
   :mod:`lecture_code.exercises.solutions.linear_relu`).
+- :mod:`.lora_linear`: ``lora_linear(x, weight, lora_a, lora_b, scale, bias=None)``, an ``autograd.Function``
+  whose forward is written and whose backward's dX, dA, dB are left to write (notebook 07; checker
+  :func:`lecture_code.exercises.check_lora_linear`).
 - :mod:`.lora_da`: ``lora_da(dy, x, lora_b, scale)``, LoRA's dA in torch ops, the leading dimensions
   flattened and the product left to write (notebook 07; checker :func:`lecture_code.exercises.check_lora_da`).
 - :mod:`.multi_lora_expand`: ``multi_lora_expand(y, t, lora_b, adapter_ids)``, the launcher written and the

@@ -1,0 +1,78 @@
+"""Read the tables inductor's GEMM autotuning writes: what it benchmarked for each GEMM, and what won.
+
+With ``torch.compile(mode="max-autotune")`` (or ``"max-autotune-no-cudagraphs"``) inductor does not take the
+library's GEMM on trust: for every matrix multiply it builds candidates — the library call (``mm``,
+``addmm``, cuBLAS on a GPU) and Triton GEMM templates with different tiles — times each on the real shapes,
+and keeps the fastest. A Triton template can carry the ops after the GEMM (bias, ReLU) as its epilogue: it
+then shows up as a ``triton_tem_fused_…`` kernel; when the library wins, the ops after it stay a pointwise
+kernel of their own. Inductor writes one table per GEMM to stderr::
+
+    AUTOTUNE addmm(2048x512, 2048x13, 13x512)
+    strides: …
+    dtypes: …
+      triton_mm_4 0.0061 ms 100.0% ACC_TYPE='tl.float32', ALLOW_TF32=False, BLOCK_K=16, BLOCK_M=64, …
+      addmm 0.0070 ms 87.1%
+    SingleProcess AUTOTUNE benchmarking takes …
+
+:func:`autotune_tables` turns that text into short lines: the GEMM and its sizes, then the fastest candidates
+with their time and tile. :func:`capture_autotuned` captures a compile in such a mode and collects the text
+(``contextlib.redirect_stderr``), so it is returned instead of printed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+from collections.abc import Callable
+from typing import Any
+
+from lecture_code.compile.capture import capture_compiled_code
+from lecture_code.compile.generated_code import CompiledCode
+
+__all__ = ["autotune_tables", "capture_autotuned"]
+
+_CHOICE = re.compile(r"^\s+(\S+) (\d+(?:\.\d+)?) ms (\d+(?:\.\d+)?%)\s*(.*)$")
+_TILE = re.compile(r"BLOCK_([MNK])=(\d+)")
+_LAUNCH = re.compile(r"num_(stages|warps)=(\d+)")
+
+
+def _tile(description: str) -> str:
+    blocks = dict(_TILE.findall(description))
+    if not {"M", "N", "K"} <= blocks.keys():
+        return ""
+    launch = dict(_LAUNCH.findall(description))
+    extra = "".join(f", {launch[k]} {k}" for k in ("warps", "stages") if k in launch)
+    return f"tile {blocks['M']}x{blocks['N']}x{blocks['K']} (BLOCK_M x BLOCK_N x BLOCK_K){extra}"
+
+
+def autotune_tables(text: str, top: int = 3) -> list[str]:
+    """One line per GEMM inductor autotuned (``mm(2048x13, 13x512)``: the op and its inputs' shapes),
+    followed by its ``top`` fastest candidates: name, time, speed relative to the fastest, Triton tile."""
+    lines: list[str] = []
+    shown = top
+    for row in text.splitlines():
+        if row.startswith("AUTOTUNE ") and "(" in row:
+            lines.append(row.removeprefix("AUTOTUNE "))
+            shown = 0
+        elif shown < top and (m := _CHOICE.match(row)):
+            name, ms, share, description = m.groups()
+            tile = _tile(description)
+            lines.append(f"  {name:<16} {ms} ms {share:>7}" + (f"  {tile}" if tile else ""))
+            shown += 1
+    return lines
+
+
+def capture_autotuned(
+    fn_or_module: Callable[..., Any],
+    *example_inputs: Any,
+    mode: str = "max-autotune-no-cudagraphs",
+    top: int = 3,
+) -> tuple[CompiledCode, list[str]]:
+    """:func:`~lecture_code.compile.capture.capture_compiled_code` with ``torch.compile(mode=mode)``, and the
+    autotuning tables inductor wrote to stderr meanwhile, read by :func:`autotune_tables` (empty where no GEMM
+    was autotuned, e.g. on a CPU)."""
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr):
+        code = capture_compiled_code(fn_or_module, *example_inputs, mode=mode)
+    return code, autotune_tables(stderr.getvalue(), top)
