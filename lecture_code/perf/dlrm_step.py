@@ -239,8 +239,8 @@ class StepResult:
     gpu_ms: float | None  # the GPU's time for one step, host hidden (GPU only)
     # host_ms: the host's work per step, timed over a loop of steps issued while the GPU sleeps
     # (step_host_time.host_ms_per_step; on a CPU the whole step). CSVs written before that timer
-    # (2026-11-24) held the clock around ONE step, which also held waits: above ms_per_step in every row
-    # without a CUDA graph
+    # (2026-11-24) held the clock around ONE step, which also held waits. Both read above ms_per_step in
+    # every row without a CUDA graph (see host_ms_per_step): an upper bound there
     host_ms: float
     samples_per_s: float
     state_mib: float | None  # what it keeps on the GPU: weights, grads, optimizer, graph pool (see measure)

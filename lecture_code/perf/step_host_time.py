@@ -60,7 +60,12 @@ def host_ms_per_step(
     the clock: nothing the host did can have waited for it (a sync, a full launch queue), so the clock holds
     the host's work alone (``clean``). Otherwise the try is repeated with half the steps (a launch queue
     holds about a thousand kernels) and a sleep twice as long; after ``tries`` the last time is returned
-    with ``clean`` False: an upper bound, not the host's work. On a CPU: the loop's time (the whole step)."""
+    with ``clean`` False: an upper bound, not the host's work. On a CPU: the loop's time (the whole step).
+
+    Measured (H100, ``benchmarks/results/dlrm_step/`` CSV of 2026-11-28): in every row without a CUDA graph
+    this reads *above* the loop's wall time per step (eager 7.74 against 5.62 ms, fused 4.07 against 3.65)
+    with ``clean`` True, which the host's work alone cannot do. Launches into a queue the sleeping GPU does
+    not drain seem to cost the host more than in the loop; read it as an upper bound there too."""
     if device.type != "cuda":
         t0 = time.perf_counter()
         for i in range(n):
