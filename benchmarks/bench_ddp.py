@@ -5,8 +5,8 @@ Kaggle preset (bottom 13-512-256-64-16, top 367-512-256-1, D = 16) with the 26 K
 processes, started the way ``torchrun`` starts them (:mod:`lecture_code.training.launch`), each rank building
 the model as ``python -m lecture_code.training`` does under ``torchrun``: ``eager`` wrapped in DDP
 (:mod:`lecture_code.training.distributed`), ``fused`` with its tables replicated and only the touched rows
-exchanged (:mod:`lecture_code.training.data_parallel`), ``fused-graph`` the same step in one CUDA graph (one
-GPU only: under several ranks it is refused, see :mod:`lecture_code.training.distributed`). A rank times
+exchanged (:mod:`lecture_code.training.data_parallel`), ``fused-graph`` the same step, row exchange and
+all-reduce included, replayed from one CUDA graph per rank (:mod:`lecture_code.training.graphs`). A rank times
 ``steps`` training steps between two barriers; the slowest rank's time counts; the median over ``repeats``
 such windows is reported.
 

@@ -113,6 +113,15 @@ GOALS: tuple[Goal, ...] = (
         ">=",
         85.0,
     ),
+    # ours = fused-graph (the data-parallel fused step in one CUDA graph per rank), Kaggle preset, 2048/rank
+    Goal(
+        "ddp",
+        "2 ranks, scaling",
+        "≥ 90% scaling efficiency on 2 GPUs (Kaggle preset, batch 2048/GPU)",
+        ">=",
+        90.0,
+    ),
+    Goal("ddp", "2 ranks, samples/s", "≥ 10M samples/s on 2 GPUs (stated for H100s)", ">=", 10e6),
 )
 
 

@@ -29,12 +29,12 @@ Bytes per step and rank (Kaggle preset, B = 2048, F = 26, D = 16, fp32, 2 ranks)
 gradient rows 3.4 MB sent, twice that received; MLP gradients 1.9 MB all-reduced. DDP over the eager model:
 the tables' 2 GiB.
 
-Not yet in a CUDA graph. NCCL collectives can be captured once their communicator exists, and the graph step's
-warm-up (:mod:`lecture_code.training.graphs`) runs them before capture; but capturing this step hung on two
-H200s and again on two H100s (torch 2.11, NCCL 2.28.9), also with ``capture_error_mode="thread_local"``
-(what PyTorch and nccl-tests use so that NCCL's own threads may call CUDA during a capture): a two-GPU test
-of it ran past 170 s. Where it waits is not known yet. So ``--cuda-graph`` under ``torchrun`` is refused
-(:mod:`.distributed`). gloo (CPU) collectives cannot be captured at all.
+In one CUDA graph (``--cuda-graph`` under ``torchrun``, :func:`lecture_code.training.graphs.make_graphed_train_step`
+with this module's ``after_backward``): both collectives are captured with the kernels; :mod:`.graphs` says
+what that took (thread-local capture; graphs destroyed before the process group). On two H200s (NVLink,
+NCCL 2.28.9, torch 2.11) the captured step equals the uncaptured one bitwise on each rank
+(``tests/train/test_fused_data_parallel.py``) and runs at 0.658 ms per step against 0.498 on one GPU: 6.22M
+samples/s, 76% scaling efficiency (``benchmarks/results/ddp/``). gloo (CPU) collectives cannot be captured.
 """
 
 from __future__ import annotations

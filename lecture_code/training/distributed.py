@@ -30,12 +30,15 @@ The fused backend (``--backend fused``) is not wrapped in DDP: its tables are bu
 so :mod:`lecture_code.training.data_parallel` exchanges the rows each batch touched (all-gathered in rank
 order, each rank applying the same update) and all-reduces the MLP gradients after backward.
 
-Refused under ``torchrun`` (:func:`check_distributed_config`), with the reason in the error:
+``--cuda-graph`` under ``torchrun`` (fused backend): the whole data-parallel step, its row exchange and
+all-reduce included, replays from one CUDA graph per rank (:mod:`.graphs` says what capturing NCCL
+collectives took). Refused (:func:`check_distributed_config`), with the reason in the error:
 
-- ``--cuda-graph``: the collectives would have to be captured in the graph. For eager, DDP's bucketed
-  all-reduce (DDP built and warmed up on a side stream with a static graph); for the fused step, its row
-  exchange and all-reduce: tried on two H200s (NCCL, torch 2.11), the capture hung, so it is refused until
-  that is understood.
+- ``--cuda-graph`` with the eager backend: DDP's bucketed all-reduce is launched from autograd hooks whose
+  buckets are rebuilt after the first iterations; capturing it needs DDP built and warmed up on a side stream
+  with a static graph, which is not done here;
+- ``--cuda-graph`` with ``--shard-tables``: the sharded lookup sends each rank a number of ids that changes
+  with every batch (``all_to_all_single`` with split sizes read on the host), which a graph cannot replay.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from lecture_code.environment import device as default_device
+from lecture_code.training.graphs import release_graphs
 from lecture_code.training.metrics import ctr_metrics, predict
 
 __all__ = [
@@ -110,16 +114,23 @@ def from_environment() -> DistInfo:
     return DistInfo(rank, world_size, local_rank)
 
 
-def check_distributed_config(backend: str, cuda_graph: bool, world_size: int) -> None:
+def check_distributed_config(
+    backend: str, cuda_graph: bool, world_size: int, shard_tables: bool = False
+) -> None:
     """Refuse what data-parallel training here cannot do (module docstring says why)."""
-    if world_size <= 1:
+    if world_size <= 1 or not cuda_graph:
         return
-    if cuda_graph:
+    if shard_tables:
         raise ValueError(
-            f"--cuda-graph under torchrun (world size {world_size}) is not supported yet: the collectives "
-            "would have to be captured in the graph (DDP's for eager; the fused step's row exchange was "
-            "tried and its capture hung on two GPUs). Drop --cuda-graph (the fused backend's data-parallel "
-            "step runs without one), or run the graph step in one process"
+            f"--cuda-graph with --shard-tables under torchrun (world size {world_size}) is not supported: "
+            "the sharded lookup exchanges a number of ids that changes with every batch, which a CUDA graph "
+            "cannot replay. Drop --cuda-graph, or replicate the tables (no --shard-tables)"
+        )
+    if backend != "fused":
+        raise ValueError(
+            f"--cuda-graph under torchrun (world size {world_size}) needs --backend fused, got "
+            f"{backend!r}: DDP's all-reduce (the {backend} backend) is not captured here. Use --backend "
+            "fused, or drop --cuda-graph"
         )
 
 
@@ -159,6 +170,8 @@ def process_group(info: DistInfo, device: torch.device) -> Iterator[None]:
     try:
         yield
     finally:
+        if device.type == "cuda":
+            release_graphs()  # a graph holding NCCL collectives keeps the destroy below from returning
         dist.destroy_process_group()
 
 

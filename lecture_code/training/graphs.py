@@ -28,17 +28,33 @@ step holds the model and the optimizers (``step.model``, ``step.optimizers``). W
 kept only the step (``step, _ = build(...)``) had its model's memory returned to PyTorch's caching allocator
 while replays still wrote to it, and the next model built in the process was handed the same blocks: two
 graph steps in one process then corrupted each other (seen on an H100 as an illegal memory access).
+
+Collectives in a graph (the data-parallel fused step, :mod:`.data_parallel`). NCCL collectives are captured
+like kernels once their communicator exists (the warm-up runs them first). Two things differ:
+
+- the capture is ``capture_error_mode="thread_local"`` when a process group exists, as in PyTorch's own tests
+  of captured NCCL collectives: PyTorch's NCCL watchdog thread may query CUDA events while this thread
+  captures, which the default ``"global"`` mode forbids to every thread of the process (the two-GPU runs
+  below used ``"thread_local"``; ``"global"`` was not tried there);
+- NCCL keeps a plan for each captured collective until the graph that holds it is destroyed, and destroying
+  the communicator waits for those plans. So a process that still holds its graph step when it calls
+  ``destroy_process_group`` never returns from it (seen on two H200s, NCCL 2.28.9: capture, replays and the
+  bitwise check against the uncaptured step all finished; both ranks then waited in
+  ``destroy_process_group`` until killed). :func:`release_graphs` destroys every graph built here, and
+  :func:`lecture_code.training.distributed.process_group` calls it before it destroys the group.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
 
 import torch
+import torch.distributed as dist
 
 from lecture_code.training.step import make_train_step
 
-__all__ = ["capture_stream", "make_graphed_train_step"]
+__all__ = ["capture_stream", "make_graphed_train_step", "release_graphs"]
 
 
 def _optimizers(optimizer) -> list[torch.optim.Optimizer]:
@@ -55,6 +71,19 @@ def _to_host(t: torch.Tensor) -> torch.Tensor:
 
 
 _capture_streams: dict[torch.device, torch.cuda.Stream] = {}
+_live_graphs: weakref.WeakSet = weakref.WeakSet()  # every graph built here and not yet collected
+
+
+def release_graphs() -> int:
+    """Wait for the GPU, then destroy every graph :func:`make_graphed_train_step` built (their steps can no
+    longer replay). Returns how many. Call it before ``destroy_process_group`` (module docstring says why)."""
+    graphs = list(_live_graphs)
+    if graphs:
+        torch.cuda.synchronize()
+    for graph in graphs:
+        graph.reset()
+        _live_graphs.discard(graph)
+    return len(graphs)
 
 
 def capture_stream(device: torch.device) -> torch.cuda.Stream:
@@ -112,7 +141,9 @@ def make_graphed_train_step(
     for opt in opts:
         opt.zero_grad(set_to_none=True)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=side):
+    _live_graphs.add(graph)
+    mode = "thread_local" if dist.is_available() and dist.is_initialized() else "global"
+    with torch.cuda.graph(graph, stream=side, capture_error_mode=mode):
         static_loss = _captured_step(model, opts, static, loss_fn, after_backward)
 
     def graphed_step(batch) -> torch.Tensor:

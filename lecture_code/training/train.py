@@ -111,7 +111,7 @@ def check_config(cfg: TrainConfig, world_size: int = 1) -> None:
             f"--shard-tables shards the fused backend's table-batched embedding, got --backend "
             f"{cfg.backend}: pass --backend fused (with --optimizer sgd or rowwise_adagrad)"
         )
-    distributed.check_distributed_config(cfg.backend, cfg.cuda_graph, world_size)
+    distributed.check_distributed_config(cfg.backend, cfg.cuda_graph, world_size, cfg.shard_tables)
 
 
 def build(cfg: TrainConfig, info: DistInfo | None = None):

@@ -14,7 +14,7 @@ import pytest
 from result_csvs import STAMP, dlrm_rows, write_csv
 
 from lecture_code.results.page import BEGIN, END, render
-from lecture_code.results.section import num
+from lecture_code.results.section import num, pct
 
 
 @pytest.fixture
@@ -181,3 +181,36 @@ def test_no_csv_means_not_measured_anywhere(repo):
         assert "| met |" not in section and "not met" not in section
     readme = page[repo / "README.md"]
     assert "DLRM training step" not in readme and "multi-LoRA" not in readme
+
+
+def _ddp_rows(preset: str, eff2: float, rate2: float) -> list[dict]:
+    def row(backend, n, ms, rate, eff, error=""):
+        return {"backend": backend, "world_size": n, "batch_per_rank": 2048, "global_batch": 2048 * n,
+                "ms_per_step": ms, "samples_per_s": rate, "error": error, "scaling_efficiency": eff,
+                "preset": preset, **STAMP}  # fmt: skip
+
+    return [
+        row("eager", 1, 5.0, 4.0e5, 1.0),
+        row("eager", 2, "", "", "", error="RuntimeError: boom"),
+        row("fused-graph", 1, 0.5, 4.0e6, 1.0),
+        row("fused-graph", 2, 0.6, rate2, eff2),
+    ]
+
+
+@pytest.mark.parametrize(
+    "preset, eff2, rate2, verdicts",
+    [("kaggle", 0.95, 1.1e7, ["met", "met"]), ("kaggle", 0.75, 6.0e6, ["not met", "not met"]),
+     ("small", 0.95, 1.1e7, ["not measured", "not measured"])],
+)  # fmt: skip
+def test_the_ddp_section_reads_its_rows_and_checks_the_graph_steps_scaling(
+    repo, preset, eff2, rate2, verdicts
+):
+    write_csv(
+        repo / "benchmarks" / "results" / "ddp" / "ddp_2x-gpu_2026-01-01.csv", _ddp_rows(preset, eff2, rate2)
+    )
+    section = _section(render(repo)[repo / "RESULTS.md"], "The DLRM step on several GPUs")
+    assert "| eager | 0.400M (5.00 ms) | RuntimeError: boom |" in section  # a failed row says why, no number
+    scaled = f"{num(rate2 / 1e6)}M (0.600 ms, {pct(100 * eff2)} scaling)"
+    assert f"| fused-graph | 4.00M (0.500 ms) | {scaled} |" in section
+    goal_lines = [ln for ln in section.splitlines() if ln.startswith("| 2 ranks,")]
+    assert [ln.rstrip(" |").rsplit("| ", 1)[1] for ln in goal_lines] == verdicts

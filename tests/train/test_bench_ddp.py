@@ -31,4 +31,4 @@ def test_eager_cuda_graph_on_two_ranks_is_a_row_with_the_refusal(monkeypatch):
     config = DLRMConfig.preset("small", kaggle_tables(cap=10), hashing="modulus")
     spec = bench_ddp.Spec("eager-graph", config, batch=4, device="cpu", steps=1, warmup=0, repeats=1)
     row = bench_ddp._rank_bench(spec)  # refused before any process group is made
-    assert set(row) == {"error"} and "--cuda-graph under torchrun" in row["error"]
+    assert set(row) == {"error"} and "needs --backend fused" in row["error"]

@@ -142,13 +142,16 @@ def test_checkpoint_of_two_ranks_resumes_in_one_process(two_rank_run, tmp_path):
     assert mlps and all(not torch.equal(state["model"][k], before["model"][k]) for k in mlps)  # it trained on
 
 
-@pytest.mark.parametrize("backend", ["eager", "fused"])
-def test_a_graph_step_under_torchrun_is_refused_clearly(backend, tmp_path):
-    cfg = _config(tmp_path, "cpu", cuda_graph=True, backend=backend, optimizer="sgd")
-    check_config(cfg, world_size=1)  # one process: fine
-    with pytest.raises(ValueError, match="--cuda-graph under torchrun .* is not supported yet"):
-        check_config(cfg, world_size=2)
-    check_config(replace(cfg, cuda_graph=False), world_size=2)  # fused: data-parallel without DDP
+def test_a_graph_step_under_torchrun_needs_the_fused_backend_and_replicated_tables(tmp_path):
+    eager = _config(tmp_path, "cpu", cuda_graph=True, backend="eager", optimizer="sgd")
+    check_config(eager, world_size=1)  # one process: fine
+    with pytest.raises(ValueError, match="--cuda-graph under torchrun .* needs --backend fused, got 'eager'"):
+        check_config(eager, world_size=2)
+    fused = replace(eager, backend="fused")
+    check_config(fused, world_size=2)  # the data-parallel fused step, captured
+    with pytest.raises(ValueError, match="--cuda-graph with --shard-tables under torchrun"):
+        check_config(replace(fused, shard_tables=True), world_size=2)
+    check_config(replace(fused, shard_tables=True, cuda_graph=False), world_size=2)
 
 
 def test_torchrun_environment_and_devices(monkeypatch):

@@ -75,3 +75,47 @@ def test_ranks_train_what_one_process_trains_on_the_global_batch(world, optimize
     if control:  # without the exchange the replicas drift apart, far outside the tolerance
         key = "sparse_arch.embeddings.3.weight"
         assert not torch.allclose(both[0][1][1][key], both[1][1][1][key], **TOL)
+
+
+def _uncaptured_and_captured(world: int):
+    """In each rank: the data-parallel step uncaptured, then replayed from one CUDA graph (row exchange and
+    all-reduce captured), from the same start; returns both runs' (losses, state) and the graphs released."""
+    from lecture_code.training.graphs import make_graphed_train_step, release_graphs
+
+    info = distributed.from_environment()
+    dev = distributed.rank_device(info, "cuda")
+    batches = make_batches(CONFIG, PER_RANK * world, STEPS + 1, torch.device("cpu"), ids="zipf", seed=3)
+    mine = slice(info.rank * PER_RANK, (info.rank + 1) * PER_RANK)
+    local = [Batch(*(t[mine] for t in b)).to(dev) for b in batches]
+    runs = []
+    with distributed.process_group(info, dev):
+        for captured in (False, True):
+            torch.manual_seed(0)
+            with dev:
+                model = DLRM(CONFIG, backend="fused", embedding_optimizer="sgd", embedding_lr=LR)
+            after = make_fused_data_parallel(model)
+            opts = [o for o in make_optimizers(model, "sgd", LR) if o is not None]
+            if captured:
+                step = make_graphed_train_step(model, opts, local[0], after_backward=after)
+            else:
+                step = make_train_step(model, opts, after_backward=after)
+            losses = [float(step(b)) for b in local[1:]]
+            runs.append((losses, {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}))
+        released = release_graphs()  # what process_group's exit does; here to count them
+    return runs, released
+
+
+@pytest.mark.gpu
+def test_the_captured_data_parallel_step_equals_the_uncaptured_one_and_the_ranks_exit():
+    """NCCL on 2 GPUs. That ``spawn`` returns at all is part of the test: a graph that still holds captured
+    collectives keeps ``destroy_process_group`` from returning (lecture_code.training.graphs)."""
+    world = 2
+    if ranks_device(world) != "cuda":
+        pytest.skip("collectives are captured in CUDA graphs on GPUs only (gloo cannot be captured)")
+    results = spawn(_uncaptured_and_captured, world, world)
+    for (eager, graphed), released in results:
+        assert released == 1
+        assert graphed[0] == eager[0]  # losses, bitwise
+        for key, value in eager[1].items():
+            assert torch.equal(graphed[1][key], value), f"captured step differs in {key}"
+    _assert_replicas_equal([(None, r[0][1][1], None) for r in results])

@@ -14,6 +14,7 @@ from lecture_code.results.goals import goals_for
 from lecture_code.results.section import NOT_MEASURED, GoalCheck, Section, Table
 from lecture_code.results.sources import ResultFile
 from lecture_code.results.workloads import (
+    ddp,
     dlrm_step,
     fused_mlp,
     hashing,
@@ -36,6 +37,7 @@ BUILDERS: dict[tuple[str, str], Callable[[ResultFile], Section]] = {
     ("lora", "lora_overhead"): lora.build,
     ("lora_adaptation", "dlrm_adaptation"): lora_adaptation.build,
     ("multi_lora", "multi_lora"): multi_lora.build,
+    ("ddp", "ddp"): ddp.build,
 }
 
 # Workloads an issue asks a benchmark for, whose result may not exist yet: (title, command).
@@ -58,6 +60,7 @@ ORDER = (
     "lora",
     "lora_adaptation",
     "multi_lora",
+    "ddp",
 )
 
 
