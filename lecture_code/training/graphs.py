@@ -36,11 +36,12 @@ like kernels once their communicator exists (the warm-up runs them first). Two t
   of captured NCCL collectives: PyTorch's NCCL watchdog thread may query CUDA events while this thread
   captures, which the default ``"global"`` mode forbids to every thread of the process (the two-GPU runs
   below used ``"thread_local"``; ``"global"`` was not tried there);
-- NCCL keeps a plan for each captured collective until the graph that holds it is destroyed, and destroying
-  the communicator waits for those plans. So a process that still holds its graph step when it calls
-  ``destroy_process_group`` never returns from it (seen on two H200s, NCCL 2.28.9: capture, replays and the
-  bitwise check against the uncaptured step all finished; both ranks then waited in
-  ``destroy_process_group`` until killed). :func:`release_graphs` destroys every graph built here, and
+- a process that still holds its graph step when it calls ``destroy_process_group`` never returns from it
+  (seen on two H200s, NCCL 2.28.9: capture, replays and the bitwise check against the uncaptured step all
+  finished; both ranks then waited in ``destroy_process_group`` until killed, with the graphs alive). Our
+  reading of why: NCCL keeps a plan for each captured collective until the graph that holds it is destroyed,
+  and destroying the communicator waits for them. With the graphs destroyed first both ranks exit
+  (``tests/train/test_fused_data_parallel.py``): :func:`release_graphs` destroys every graph built here, and
   :func:`lecture_code.training.distributed.process_group` calls it before it destroys the group.
 """
 
