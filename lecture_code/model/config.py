@@ -25,6 +25,11 @@ PRESETS: dict[str, dict[str, Any]] = {
         "dense_arch_layer_sizes": (512, 256, 64, 16),
         "over_arch_layer_sizes": (512, 256, 1),
     },
+    "terabyte": {  # MLPerf's reference DLRM on Criteo 1TB: bottom 13-512-256-128, top 1024-1024-512-256-1
+        "embedding_dim": 128,
+        "dense_arch_layer_sizes": (512, 256, 128),
+        "over_arch_layer_sizes": (1024, 1024, 512, 256, 1),
+    },
     "small": {
         "embedding_dim": 16,
         "dense_arch_layer_sizes": (64, 32, 16),
@@ -100,7 +105,7 @@ class DLRMConfig:
 
     @classmethod
     def preset(cls, name: str, num_embeddings_per_feature, **overrides: Any) -> DLRMConfig:
-        """The named preset (``"kaggle"``, ``"small"``) for these tables, with any field overridden.
+        """The named preset (``"kaggle"``, ``"terabyte"``, ``"small"``) for these tables, with any field overridden.
 
         Example: ``DLRMConfig.preset("small", (1000,) * 26, interaction="outer")``.
         """

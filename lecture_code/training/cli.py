@@ -12,6 +12,11 @@ Tables sharded over the ranks instead of replicated (fused backend):
 
     torchrun --standalone --nproc-per-node 4 -m lecture_code.training --backend fused --optimizer sgd \
         --shard-tables --row-wise-above-mb 256
+
+The 1TB model (MLPerf's sizes: 177.9M rows, D = 128, 91 GB of tables) on 4 GPUs, on the synthetic default:
+
+    torchrun --standalone --nproc-per-node 4 -m lecture_code.training --preset terabyte --tables terabyte \
+        --hashing modulus --backend fused --optimizer sgd --shard-tables --no-checkpoint
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ from loguru import logger
 from tqdm import tqdm
 
 from lecture_code.training.distributed import from_environment
-from lecture_code.training.train import TrainConfig, train
+from lecture_code.model import PRESETS
+from lecture_code.training.train import TABLES, TrainConfig, train
 
 
 def parse_args(argv: list[str] | None = None) -> TrainConfig:
@@ -32,8 +38,12 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     p = argparse.ArgumentParser(
         description="Train DLRM on Criteo-format data.", prog="python -m lecture_code.training"
     )
-    p.add_argument("--preset", choices=["small", "kaggle"], default=defaults.preset)
+    p.add_argument("--preset", choices=tuple(PRESETS), default=defaults.preset)
     p.add_argument("--data", dest="data_dir", help="preprocessed Criteo folder (default: synthetic sample)")
+    p.add_argument(
+        "--tables", choices=tuple(TABLES), default=defaults.tables,
+        help="rows per table: the data's, or Criteo Kaggle's / 1TB's real sizes (with --hashing modulus)",
+    )  # fmt: skip
     p.add_argument("--steps", type=int, default=defaults.steps)
     p.add_argument(
         "--batch-size", type=int, default=defaults.batch_size, help="rows per step (per rank under torchrun)"
@@ -65,6 +75,10 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     p.add_argument("--log-every", type=int, default=defaults.log_every)
     p.add_argument("--eval-every", type=int, default=defaults.eval_every)
     p.add_argument("--checkpoint-every", type=int, default=defaults.checkpoint_every)
+    p.add_argument(
+        "--checkpoint", action=argparse.BooleanOptionalAction, default=defaults.checkpoint,
+        help="--no-checkpoint: write none (the 1TB tables at D = 128 are 91 GB)",
+    )  # fmt: skip
     p.add_argument("--run-dir", default=defaults.run_dir)
     p.add_argument("--resume", action="store_true")
     p.add_argument("--no-progress", dest="progress", action="store_false")

@@ -229,8 +229,8 @@ class ShardedEmbedding(nn.Module):
     # --- the full tables, for checkpoints at any world size ---------------------------------------------
     def gather_tables(self, dst: int = 0) -> tuple[list[torch.Tensor], list[torch.Tensor] | None] | None:
         """Collective: ``(tables [n_f, D], Adagrad momenta [n_f] or None)`` of all ``F`` tables on rank
-        ``dst``, ``None`` on the others. One ``reduce`` per table (each row has one owner, the other ranks
-        add zeros), so no rank ever holds more than one full table beside its shards."""
+        ``dst`` (in host memory), ``None`` on the others. One ``reduce`` per table (each row has one owner, the
+        other ranks add zeros), so no device ever holds more than one full table beside its shards."""
         tables, moments = [], [] if self.optimizer == "rowwise_adagrad" else None
         device = self.table_offsets.device
         for f, n in enumerate(self.plan.table_sizes):
@@ -244,10 +244,10 @@ class ShardedEmbedding(nn.Module):
                             self.local.momentum, self.local.table_sizes
                         )[slot]
             dist.reduce(table, dst, group=self.group)
-            tables.append(table)
+            tables.append(table.cpu())  # dst too holds one full table on the device at a time
             if moment is not None:
                 dist.reduce(moment, dst, group=self.group)
-                moments.append(moment)
+                moments.append(moment.cpu())
         return (tables, moments) if self.rank == dst else None
 
     def load_tables(self, tables: list[torch.Tensor], moments: list[torch.Tensor] | None = None) -> None:

@@ -30,6 +30,7 @@ import contextlib
 import itertools
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from types import SimpleNamespace
 from pathlib import Path
 
 import torch
@@ -37,6 +38,7 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
 from lecture_code import data as criteo
+from lecture_code.data.schema import KAGGLE_CARDINALITIES, TERABYTE_CARDINALITIES
 from lecture_code.model import BACKENDS, DLRM
 from lecture_code.training import distributed, sharded_training
 from lecture_code.training.checkpoint import load_checkpoint, save_checkpoint
@@ -54,10 +56,14 @@ from lecture_code.training.optimizers import (
 from lecture_code.training.step import make_train_step
 
 
+TABLES = {"data": None, "kaggle": KAGGLE_CARDINALITIES, "terabyte": TERABYTE_CARDINALITIES}
+
+
 @dataclass
 class TrainConfig:
     preset: str = "small"
     data_dir: str | None = None  # None: the embedded synthetic default (generated on first use)
+    tables: str = "data"  # "data": rows per table from the data; "kaggle" | "terabyte": Criteo's (modulus)
     steps: int = 300  # total optimizer steps; training crosses epochs as needed
     batch_size: int = 512  # per rank under torchrun: one step trains on world_size * batch_size rows
     lr: float = 3e-3
@@ -75,6 +81,7 @@ class TrainConfig:
     log_every: int = 20
     eval_every: int = 0  # 0: evaluate only at the end
     checkpoint_every: int = 100
+    checkpoint: bool = True  # False: no checkpoint at all (e.g. tables too large to write for a timing run)
     run_dir: str = "runs/dlrm"
     resume: bool = False
     progress: bool = True
@@ -104,6 +111,13 @@ def check_config(cfg: TrainConfig, world_size: int = 1) -> None:
             "per-element state would be a pass over every table each step): pass --optimizer sgd or "
             "--optimizer rowwise_adagrad"
         )
+    if cfg.tables not in TABLES:
+        raise ValueError(f"tables must be one of {tuple(TABLES)}, got {cfg.tables!r}")
+    if cfg.tables != "data" and cfg.hashing != "modulus":
+        raise ValueError(
+            f"--tables {cfg.tables}: Criteo's table sizes are not the data's vocabularies, ids take their "
+            f"rows modulo the table size; pass --hashing modulus, got --hashing {cfg.hashing}"
+        )
     if cfg.cuda_graph and cfg.backend == "compile":
         raise ValueError("--cuda-graph captures the eager or fused step; for compile use its own cudagraphs")
     if cfg.shard_tables and cfg.backend != "fused":
@@ -112,6 +126,13 @@ def check_config(cfg: TrainConfig, world_size: int = 1) -> None:
             f"{cfg.backend}: pass --backend fused (with --optimizer sgd or rowwise_adagrad)"
         )
     distributed.check_distributed_config(cfg.backend, cfg.cuda_graph, world_size, cfg.shard_tables)
+
+
+def table_sizes(cfg: TrainConfig, metadata) -> tuple[int, ...]:
+    """Rows of each table: the data's (``tables="data"``) or Criteo's real cardinalities + 1 (row 0 kept
+    for unseen ids, as the data's own), so the 1TB model's 177.9M rows train on any Criteo-format data."""
+    cards = TABLES[cfg.tables]
+    return tuple(metadata.num_embeddings_per_feature) if cards is None else tuple(c + 1 for c in cards)
 
 
 def build(cfg: TrainConfig, info: DistInfo | None = None):
@@ -134,7 +155,8 @@ def build(cfg: TrainConfig, info: DistInfo | None = None):
     fused_optimizer = cfg.optimizer if cfg.backend == "fused" else "sgd"  # the others ignore it
     sharded = info.enabled and cfg.shard_tables  # the tables: shapes only, then each rank its shards
     model = DLRM.from_metadata(
-        metadata, preset=cfg.preset, interaction=cfg.interaction, hashing=cfg.hashing, backend=cfg.backend,
+        SimpleNamespace(num_embeddings_per_feature=table_sizes(cfg, metadata), vocabularies=metadata.vocabularies),
+        preset=cfg.preset, interaction=cfg.interaction, hashing=cfg.hashing, backend=cfg.backend,
         embedding_optimizer=fused_optimizer, embedding_lr=cfg.lr, table_device="meta" if sharded else None,
     )  # fmt: skip
     if sharded:  # collective: every rank the same plan, each allocates and draws only its own rows
@@ -275,14 +297,14 @@ def _train(cfg: TrainConfig, log: Callable[[str], object], info: DistInfo) -> Tr
                     bar.set_postfix(loss=f"{loss:.4f}")
                 if cfg.eval_every and step % cfg.eval_every == 0:
                     run_eval()
-                if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
+                if cfg.checkpoint and cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
                     checkpoint()
                 if step >= cfg.steps:
                     break
     bar.close()
     if not result.evals or result.evals[-1]["step"] != step:
         run_eval()
-    result.checkpoint = checkpoint()
+    result.checkpoint = checkpoint() if cfg.checkpoint else None
     writer.close()
     return result
 

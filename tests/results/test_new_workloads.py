@@ -214,3 +214,22 @@ def test_the_ddp_section_reads_its_rows_and_checks_the_graph_steps_scaling(
     assert f"| fused-graph | 4.00M (0.500 ms) | {scaled} |" in section
     goal_lines = [ln for ln in section.splitlines() if ln.startswith("| 2 ranks,")]
     assert [ln.rstrip(" |").rsplit("| ", 1)[1] for ln in goal_lines] == verdicts
+
+
+def test_the_four_rank_goal_and_the_terabyte_section_read_their_own_rows(repo):
+    rows = _ddp_rows("kaggle", 0.95, 1.1e7)
+    rows.append({**rows[-1], "world_size": 4, "global_batch": 8192, "samples_per_s": 1.2e7, "scaling_efficiency": 0.75})
+    write_csv(repo / "benchmarks" / "results" / "ddp" / "ddp_4x-gpu_2026-01-01.csv", rows)
+    sharded = [
+        {**r, "backend": "sharded", "preset": "terabyte"} for r in _ddp_rows("terabyte", 0.9, 2.5e6)[2:]
+    ]
+    write_csv(repo / "benchmarks" / "results" / "ddp" / "ddp-terabyte_4x-gpu_2026-01-01.csv", sharded)
+    page = render(repo)[repo / "RESULTS.md"]
+    kaggle = _section(page, "The DLRM step on several GPUs")
+    four = [ln for ln in kaggle.splitlines() if ln.startswith("| 4 ranks, fused-graph, scaling")]
+    assert len(four) == 1 and four[0].rstrip(" |").endswith("| not met") and "75.0%" in four[0]
+    terabyte = _section(page, "The 1TB-size DLRM on several GPUs")
+    assert "| sharded | 4.00M (0.500 ms) | 2.50M (0.600 ms, 90.0% scaling) |" in terabyte
+    goal = [ln for ln in terabyte.splitlines() if ln.startswith("| 4 ranks, sharded, samples/s")]
+    assert len(goal) == 1 and goal[0].rstrip(" |").endswith("| not measured")  # this file has 2 ranks only
+    assert "fused-graph, scaling" not in terabyte

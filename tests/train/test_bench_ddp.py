@@ -1,6 +1,6 @@
 """``benchmarks/bench_ddp.py``'s arithmetic and its refusal row, without starting processes (CPU, fast).
 
-The whole ``python -m benchmarks.bench_ddp --quick`` (four process groups, the fused kernels interpreted)
+The whole ``python -m benchmarks.bench_ddp --quick`` (two sets of processes, the fused kernels interpreted)
 takes ~30 s on a 2-core CPU: run by hand, not in CI.
 """
 
@@ -30,5 +30,5 @@ def test_eager_cuda_graph_on_two_ranks_is_a_row_with_the_refusal(monkeypatch):
     monkeypatch.setenv("LOCAL_RANK", "1")
     config = DLRMConfig.preset("small", kaggle_tables(cap=10), hashing="modulus")
     spec = bench_ddp.Spec("eager-graph", config, batch=4, device="cpu", steps=1, warmup=0, repeats=1)
-    row = bench_ddp._rank_bench(spec)  # refused before any process group is made
+    (row,) = bench_ddp._rank_bench([spec])  # refused before any model is built
     assert set(row) == {"error"} and "needs --backend fused" in row["error"]

@@ -38,6 +38,7 @@ BUILDERS: dict[tuple[str, str], Callable[[ResultFile], Section]] = {
     ("lora_adaptation", "dlrm_adaptation"): lora_adaptation.build,
     ("multi_lora", "multi_lora"): multi_lora.build,
     ("ddp", "ddp"): ddp.build,
+    ("ddp", "ddp-terabyte"): ddp.build,  # the same benchmark with --preset terabyte
 }
 
 # Workloads an issue asks a benchmark for, whose result may not exist yet: (title, command).
