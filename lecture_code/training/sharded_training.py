@@ -43,8 +43,10 @@ from lecture_code.training.sharding_plan import ShardingPlan, plan_sharding
 __all__ = [
     "checkpoint_state",
     "evaluate_sharded",
+    "is_sharded",
     "plan_for_model",
     "plan_for_training",
+    "rank_budget",
     "replicate_mlps",
     "shard_tables",
 ]
@@ -125,15 +127,24 @@ def evaluate_sharded(model, batches: Iterable, device: torch.device) -> dict[str
     return ctr_metrics(gather_rows(torch.cat(probs)), gather_rows(torch.cat(labels)))
 
 
+def rank_budget(device: torch.device) -> float | None:
+    """Collective on GPUs: the bytes of tables each rank may hold, 90% of the smallest free memory over the
+    ranks (every rank must compute the same plan); ``None`` (no limit) on CPUs."""
+    if device.type != "cuda":
+        return None
+    free = torch.tensor([torch.cuda.mem_get_info(device)[0]], dtype=torch.int64, device=device)
+    dist.all_reduce(free, op=dist.ReduceOp.MIN)
+    return 0.9 * int(free.item())
+
+
 def plan_for_training(model, device: torch.device, row_wise_above_mb: float | None) -> ShardingPlan:
-    """The loop's plan (collective on GPUs): a per-rank budget of 90% of the smallest free memory over the
-    ranks (every rank must compute the same plan); tables above ``row_wise_above_mb`` MiB row-wise."""
-    budget = None
-    if device.type == "cuda":
-        free = torch.tensor([torch.cuda.mem_get_info(device)[0]], dtype=torch.int64, device=device)
-        dist.all_reduce(free, op=dist.ReduceOp.MIN)
-        budget = 0.9 * int(free.item())
+    """The loop's plan (collective on GPUs): a per-rank budget of :func:`rank_budget`; tables above
+    ``row_wise_above_mb`` MiB row-wise."""
     above = row_wise_above_mb * 2**20 if row_wise_above_mb is not None else None
     return plan_for_model(
-        model, dist.get_world_size(), memory_budget_bytes=budget, row_wise_above_bytes=above
+        model, dist.get_world_size(), memory_budget_bytes=rank_budget(device), row_wise_above_bytes=above
     )
+
+
+def is_sharded(model) -> bool:
+    return isinstance(getattr(model, "sparse_arch", None), ShardedSparseArch)

@@ -20,8 +20,8 @@ for both; with ``fused`` the tables' update happens inside backward and the torc
 
 Under ``torchrun --nproc-per-node N`` the same loop trains data-parallel (:mod:`.distributed`): each rank
 its own shard of the data, DDP, rank 0 alone writing; ``batch_size`` is then per rank. With ``shard_tables``
-(fused backend) the tables are sharded over the ranks instead of replicated, each rank allocating only its
-shards (:mod:`.sharded_training`).
+(fused backend; automatic when its tables outgrow a GPU's free memory) the tables are sharded over the ranks
+instead of replicated, each rank allocating only its shards (:mod:`.sharded_training`).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from tqdm import tqdm
 
 from lecture_code import data as criteo
 from lecture_code.data.schema import KAGGLE_CARDINALITIES, TERABYTE_CARDINALITIES
-from lecture_code.model import BACKENDS, DLRM
+from lecture_code.model import BACKENDS, DLRM, PRESETS
 from lecture_code.training import distributed, sharded_training
 from lecture_code.training.checkpoint import load_checkpoint, save_checkpoint
 from lecture_code.training.data_parallel import make_fused_data_parallel
@@ -135,11 +135,30 @@ def table_sizes(cfg: TrainConfig, metadata) -> tuple[int, ...]:
     return tuple(metadata.num_embeddings_per_feature) if cards is None else tuple(c + 1 for c in cards)
 
 
+def _outgrow_one_gpu(cfg: TrainConfig, sizes: tuple[int, ...], device: torch.device) -> bool:
+    """Collective: whether the fused backend's tables (fp32, + Adagrad's row state) exceed a rank's budget
+    (:func:`.sharded_training.rank_budget`); then they are sharded as with ``--shard-tables``."""
+    if cfg.backend != "fused":
+        return False
+    dim = PRESETS[cfg.preset]["embedding_dim"]
+    need = sum(sizes) * (4 * dim + (4 if cfg.optimizer == "rowwise_adagrad" else 0))
+    budget = sharded_training.rank_budget(device)
+    if budget is None or need <= budget:  # None: CPU ranks, no limit
+        return False
+    if cfg.cuda_graph:
+        raise ValueError(
+            f"the tables ({need / 1e9:.1f} GB) outgrow one GPU (budget {budget / 1e9:.1f} GB) and must be "
+            "sharded, whose step is not captured: drop --cuda-graph"
+        )
+    return True
+
+
 def build(cfg: TrainConfig, info: DistInfo | None = None):
     """Data splits, model and its optimizers ``(dense, tables or None)`` for a config.
 
     ``info`` (under torchrun): the splits are this rank's shards, the device ``cuda:LOCAL_RANK`` or cpu;
-    with ``shard_tables`` the model holds only this rank's shards of the tables (a collective)."""
+    with ``shard_tables``, or when the fused tables outgrow one GPU, the model holds only this rank's
+    shards of the tables (a collective)."""
     info = info or DistInfo()
     check_config(cfg, info.world_size)
     data_dir = Path(cfg.data_dir) if cfg.data_dir else criteo.ensure_default_data()
@@ -153,13 +172,14 @@ def build(cfg: TrainConfig, info: DistInfo | None = None):
         train_split, holdout_split = criteo.train_holdout_split(tensors, cfg.holdout_fraction, cfg.seed)
     torch.manual_seed(cfg.seed)
     fused_optimizer = cfg.optimizer if cfg.backend == "fused" else "sgd"  # the others ignore it
-    sharded = info.enabled and cfg.shard_tables  # the tables: shapes only, then each rank its shards
+    sizes = table_sizes(cfg, metadata)
+    sharded = info.enabled and (cfg.shard_tables or _outgrow_one_gpu(cfg, sizes, device))
     model = DLRM.from_metadata(
-        SimpleNamespace(num_embeddings_per_feature=table_sizes(cfg, metadata), vocabularies=metadata.vocabularies),
+        SimpleNamespace(num_embeddings_per_feature=sizes, vocabularies=metadata.vocabularies),
         preset=cfg.preset, interaction=cfg.interaction, hashing=cfg.hashing, backend=cfg.backend,
         embedding_optimizer=fused_optimizer, embedding_lr=cfg.lr, table_device="meta" if sharded else None,
     )  # fmt: skip
-    if sharded:  # collective: every rank the same plan, each allocates and draws only its own rows
+    if sharded:  # the tables were shapes only: every rank the same plan, each allocates and draws its rows
         plan = sharded_training.plan_for_training(model, device, cfg.row_wise_above_mb)
         sharded_training.shard_tables(model, plan, device=device)
     model = model.to(device)
@@ -211,11 +231,12 @@ def _train(cfg: TrainConfig, log: Callable[[str], object], info: DistInfo) -> Tr
                 f"({info.world_size} x {cfg.batch_size} rows per step)"
             )
     step_model, after_backward = model, None
-    sharded = info.enabled and cfg.shard_tables
+    sharded = sharded_training.is_sharded(model)
     if cfg.shard_tables and not info.enabled:
         log("--shard-tables: one process holds every table (nothing to shard without torchrun)")
     if sharded:  # tables sharded over the ranks by build (model parallel), the MLPs data-parallel
-        log(str(model.sparse_arch.plan))
+        why = "" if cfg.shard_tables else " (automatic: the tables outgrow one GPU)"
+        log(f"{model.sparse_arch.plan}{why}")
         after_backward = sharded_training.replicate_mlps(model)
     elif info.enabled and cfg.backend == "fused":  # tables replicated, only touched rows exchanged
         after_backward = make_fused_data_parallel(model)

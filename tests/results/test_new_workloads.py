@@ -212,7 +212,7 @@ def test_the_ddp_section_reads_its_rows_and_checks_the_graph_steps_scaling(
     assert "| eager | 0.400M (5.00 ms) | RuntimeError: boom |" in section  # a failed row says why, no number
     scaled = f"{num(rate2 / 1e6)}M (0.600 ms, {pct(100 * eff2)} scaling)"
     assert f"| fused-graph | 4.00M (0.500 ms) | {scaled} |" in section
-    goal_lines = [ln for ln in section.splitlines() if ln.startswith("| 2 ranks,")]
+    goal_lines = [ln for ln in section.splitlines() if ln.startswith("| kaggle, 2 ranks,")]
     assert [ln.rstrip(" |").rsplit("| ", 1)[1] for ln in goal_lines] == verdicts
 
 
@@ -226,10 +226,10 @@ def test_the_four_rank_goal_and_the_terabyte_section_read_their_own_rows(repo):
     write_csv(repo / "benchmarks" / "results" / "ddp" / "ddp-terabyte_4x-gpu_2026-01-01.csv", sharded)
     page = render(repo)[repo / "RESULTS.md"]
     kaggle = _section(page, "The DLRM step on several GPUs")
-    four = [ln for ln in kaggle.splitlines() if ln.startswith("| 4 ranks, fused-graph, scaling")]
+    four = [ln for ln in kaggle.splitlines() if ln.startswith("| kaggle, 4 ranks, fused-graph, scaling")]
     assert len(four) == 1 and four[0].rstrip(" |").endswith("| not met") and "75.0%" in four[0]
     terabyte = _section(page, "The 1TB-size DLRM on several GPUs")
     assert "| sharded | 4.00M (0.500 ms) | 2.50M (0.600 ms, 90.0% scaling) |" in terabyte
-    goal = [ln for ln in terabyte.splitlines() if ln.startswith("| 4 ranks, sharded, samples/s")]
+    goal = [ln for ln in terabyte.splitlines() if ln.startswith("| terabyte, 4 ranks, sharded, samples/s")]
     assert len(goal) == 1 and goal[0].rstrip(" |").endswith("| not measured")  # this file has 2 ranks only
     assert "fused-graph, scaling" not in terabyte

@@ -128,3 +128,20 @@ def test_a_checkpoint_saved_at_two_ranks_resumes_sharded(sharded_at_two, tmp_pat
 def test_shard_tables_needs_the_fused_backend():
     with pytest.raises(ValueError, match="--shard-tables .* got --backend eager: pass --backend fused"):
         check_config(TrainConfig(backend="eager", shard_tables=True), world_size=2)
+
+
+def test_fused_tables_that_outgrow_a_gpu_are_sharded_without_the_flag(monkeypatch):
+    from lecture_code.training import sharded_training
+    from lecture_code.training.train import _outgrow_one_gpu
+
+    sizes, cpu = (1000, 24), torch.device("cpu")
+    small = TrainConfig(backend="fused", optimizer="rowwise_adagrad", preset="small")  # D = 16
+    need = (1000 + 24) * (4 * 16 + 4)  # fp32 rows + Adagrad's one float per row
+    assert not _outgrow_one_gpu(small, sizes, cpu)  # CPU ranks: no budget (rank_budget is None)
+    monkeypatch.setattr(sharded_training, "rank_budget", lambda device: need)
+    assert not _outgrow_one_gpu(small, sizes, cpu)  # exactly fits
+    monkeypatch.setattr(sharded_training, "rank_budget", lambda device: need - 1)
+    assert _outgrow_one_gpu(small, sizes, cpu)
+    assert not _outgrow_one_gpu(replace(small, backend="eager"), sizes, cpu)  # only the fused tables shard
+    with pytest.raises(ValueError, match="outgrow one GPU .* drop --cuda-graph"):
+        _outgrow_one_gpu(replace(small, cuda_graph=True), sizes, cpu)

@@ -13,9 +13,13 @@ def _value(row: dict, key: str) -> float | None:
     return float(row[key]) if row.get(key) else None
 
 
+def _preset(goal) -> str:
+    return goal.key.split(",")[0]
+
+
 def _check(goal, by: dict) -> GoalCheck:
-    """A goal keyed ``"<N> ranks, <backend>, scaling"`` or ``"<N> ranks, <backend>, samples/s"``."""
-    n, backend, what = (part.strip() for part in goal.key.split(","))
+    """A goal keyed ``"<preset>, <N> ranks, <backend>, scaling"`` or ``"…, samples/s"``."""
+    _, n, backend, what = (part.strip() for part in goal.key.split(","))
     row = by.get((backend, int(n.split()[0])))
     value = _value(row, "scaling_efficiency" if what == "scaling" else "samples_per_s") if row else None
     if value is None:
@@ -48,8 +52,8 @@ def build(result: ResultFile) -> Section:
     )
     most, terabyte = worlds[-1], preset == "terabyte"
     ours = "sharded" if terabyte else OURS  # the 1TB tables are run sharded
-    measured = by if preset in ("kaggle", "terabyte") else {}  # the goals are stated for these presets
-    goals = [_check(goal, measured) for goal in goals_for("ddp_terabyte" if terabyte else "ddp")]
+    mine = [g for g in goals_for("ddp") if _preset(g) == ("terabyte" if terabyte else "kaggle")]
+    goals = [_check(goal, by if _preset(goal) == preset else {}) for goal in mine]
     headline = Headline(
         f"DLRM {'sharded' if terabyte else 'data-parallel'}, {ours}, 1 → {most} ranks ({preset}, "
         f"batch {batch}/rank)",
