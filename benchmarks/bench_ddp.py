@@ -14,8 +14,8 @@ turn, each rank building the model as ``python -m lecture_code.training`` does u
   :mod:`lecture_code.training.sharded_training`; not captured: each lookup reads its split sizes on the
   host). On one rank it is the ``fused`` step: one rank holds every table, nothing moves.
 
-``--preset terabyte``: MLPerf's DLRM (D = 128, bottom 13-512-256-128, top 1024-1024-512-256-1) on the 26 tables
-of Criteo 1TB (177.9M rows, 91 GB of fp32 embeddings; on 4 ranks 23 GB each). A rank times ``steps``
+``--preset terabyte``: MLPerf's DLRM (D = 128, bottom 13-512-256-128, top 1024-1024-512-256-1) on the 26
+tables of Criteo 1TB (177.9M rows, 91 GB of fp32 embeddings; on 4 ranks 23 GB each). A rank times ``steps``
 training steps between two barriers; the slowest rank's time counts; the median over ``repeats`` such windows
 is reported.
 
@@ -40,10 +40,10 @@ import torch
 
 import kernels  # noqa: F401  (decides the runtime mode first: TRITON_INTERPRET=1 before triton loads, on a CPU)
 from lecture_code import bench as bu
+from lecture_code.data.schema import TERABYTE_CARDINALITIES
 from lecture_code.model import DLRM, DLRMConfig
 from lecture_code.perf.dlrm_step import make_batches
 from lecture_code.perf.kaggle_tables import kaggle_tables
-from lecture_code.data.schema import TERABYTE_CARDINALITIES
 from lecture_code.training import distributed, make_optimizers, make_train_step, sharded_training
 from lecture_code.training.data_parallel import make_fused_data_parallel
 from lecture_code.training.graphs import make_graphed_train_step, release_graphs
@@ -118,7 +118,10 @@ def _time(spec: Spec, step, batches, info, device: torch.device) -> dict:
             torch.distributed.all_reduce(elapsed, op=torch.distributed.ReduceOp.MAX)
         seconds.append(float(elapsed.item()))
     s = statistics.median(seconds)
-    return {"ms_per_step": 1e3 * s / spec.steps, "samples_per_s": info.world_size * spec.batch * spec.steps / s}
+    return {
+        "ms_per_step": 1e3 * s / spec.steps,
+        "samples_per_s": info.world_size * spec.batch * spec.steps / s,
+    }
 
 
 def _refusal(spec: Spec, world_size: int) -> str | None:
@@ -222,7 +225,9 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--quick", action="store_true", help="CPU-sized run (the default on a CPU)")
     p.add_argument("--preset", choices=["kaggle", "terabyte"], default="kaggle", help="GPU: model and tables")
     p.add_argument("--batch-size", type=int, help="per rank; default 2048 (quick: 16)")
-    p.add_argument("--world-sizes", type=int, nargs="+", help="default: 1, 2, 4 … up to every GPU (quick: 1 2)")
+    p.add_argument(
+        "--world-sizes", type=int, nargs="+", help="default: 1, 2, 4 … up to every GPU (quick: 1 2)"
+    )
     p.add_argument("--backends", nargs="+", choices=BACKENDS, help="default: all (quick: no fused-graph)")
     p.add_argument("--results-dir", type=Path, help="where CSV + PNG go (default benchmarks/results)")
     args = p.parse_args(argv)
@@ -255,7 +260,7 @@ def main(argv=None) -> list[dict]:
     if device.type == "cuda":
         meta["device"] = f"{gpus}x {meta['device']}" if max(worlds) > 1 else meta["device"]
     bu.print_table(rows, COLUMNS)
-    name = "ddp" if preset != "terabyte" else "ddp-terabyte"
+    name = ("ddp" if preset != "terabyte" else "ddp-terabyte") + (f"-batch{batch}" if batch != 2048 else "")
     csv_path = bu.save(rows, "ddp", name, meta, root=args.results_dir)
     png_path = csv_path.with_suffix(".png")
     title = f"DLRM data-parallel, {preset} preset, batch {batch}/rank · {meta['device']}"

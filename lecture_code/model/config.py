@@ -105,7 +105,7 @@ class DLRMConfig:
 
     @classmethod
     def preset(cls, name: str, num_embeddings_per_feature, **overrides: Any) -> DLRMConfig:
-        """The named preset (``"kaggle"``, ``"terabyte"``, ``"small"``) for these tables, with any field overridden.
+        """The named preset (``"kaggle"``, ``"terabyte"``, ``"small"``) for these tables, fields overridden.
 
         Example: ``DLRMConfig.preset("small", (1000,) * 26, interaction="outer")``.
         """

@@ -128,7 +128,13 @@ GOALS: tuple[Goal, ...] = (
         ">=",
         85.0,
     ),
-    Goal("ddp", "kaggle, 2 ranks, fused-graph, samples/s", "≥ 10M samples/s on 2 GPUs (stated for H100s)", ">=", 10e6),
+    Goal(
+        "ddp",
+        "kaggle, 2 ranks, fused-graph, samples/s",
+        "≥ 10M samples/s on 2 GPUs (stated for H100s)",
+        ">=",
+        10e6,
+    ),
     Goal(
         "ddp",
         "terabyte, 4 ranks, sharded, samples/s",

@@ -28,8 +28,8 @@ from dataclasses import asdict
 from loguru import logger
 from tqdm import tqdm
 
-from lecture_code.training.distributed import from_environment
 from lecture_code.model import PRESETS
+from lecture_code.training.distributed import from_environment
 from lecture_code.training.train import TABLES, TrainConfig, train
 
 

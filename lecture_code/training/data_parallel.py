@@ -29,12 +29,14 @@ Bytes per step and rank (Kaggle preset, B = 2048, F = 26, D = 16, fp32, 2 ranks)
 gradient rows 3.4 MB sent, twice that received; MLP gradients 1.9 MB all-reduced. DDP over the eager model:
 the tables' 2 GiB.
 
-In one CUDA graph (``--cuda-graph`` under ``torchrun``, :func:`lecture_code.training.graphs.make_graphed_train_step`
-with this module's ``after_backward``): both collectives are captured with the kernels; :mod:`.graphs` says
-what that took (thread-local capture; graphs destroyed before the process group). On two H200s (NVLink,
-NCCL 2.28.9, torch 2.11) the captured step equals the uncaptured one bitwise on each rank
-(``tests/train/test_fused_data_parallel.py``) and runs at 0.658 ms per step against 0.498 on one GPU: 6.22M
-samples/s, 76% scaling efficiency (``benchmarks/results/ddp/``). gloo (CPU) collectives cannot be captured.
+In one CUDA graph (``--cuda-graph`` under ``torchrun``,
+:func:`lecture_code.training.graphs.make_graphed_train_step` with this module's ``after_backward``): both
+collectives are captured with the kernels; :mod:`.graphs` says what that took (thread-local capture; graphs
+destroyed before the process group). On H200s (NVLink, NCCL 2.28.9, torch 2.11) the captured step equals the
+uncaptured one bitwise on each rank (``tests/train/test_fused_data_parallel.py``); its samples/s on 1, 2 and 4
+of them are in ``benchmarks/results/ddp/``. What limits its scaling: step 1 makes every rank sum and apply the
+rows of all ``W·B`` samples, so that part of the step does not shrink as ranks are added. gloo (CPU)
+collectives cannot be captured.
 """
 
 from __future__ import annotations

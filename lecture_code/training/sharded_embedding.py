@@ -229,8 +229,8 @@ class ShardedEmbedding(nn.Module):
     # --- the full tables, for checkpoints at any world size ---------------------------------------------
     def gather_tables(self, dst: int = 0) -> tuple[list[torch.Tensor], list[torch.Tensor] | None] | None:
         """Collective: ``(tables [n_f, D], Adagrad momenta [n_f] or None)`` of all ``F`` tables on rank
-        ``dst`` (in host memory), ``None`` on the others. One ``reduce`` per table (each row has one owner, the
-        other ranks add zeros), so no device ever holds more than one full table beside its shards."""
+        ``dst`` (in host memory), ``None`` on the others. One ``reduce`` per table (each row has one owner,
+        the other ranks add zeros), so no device ever holds more than one full table beside its shards."""
         tables, moments = [], [] if self.optimizer == "rowwise_adagrad" else None
         device = self.table_offsets.device
         for f, n in enumerate(self.plan.table_sizes):

@@ -17,9 +17,10 @@ device, each shard initialised where it lives.)
 
 Two things every rank must now do together, because every lookup is a collective:
 
-- **checkpoints**: :func:`checkpoint_state` gathers the full tables (and Adagrad state) on rank 0, so the file
-  has the unsharded fused model's keys and loads at any world size, sharded or not: a sharded model loads its
-  rows of it (resharding is slicing). Gathering costs one table at a time beside the shards, and loading
+- **checkpoints**: :func:`checkpoint_state` gathers the full tables (and Adagrad state) into rank 0's host
+  memory, so the file has the unsharded fused model's keys and loads at any world size, sharded or not: a
+  sharded model loads its rows of it (resharding is slicing). Gathering costs one table at a time beside the
+  shards on each GPU (all of them in rank 0's host memory: 91 GB at the 1TB sizes, D = 128), and loading
   reads the whole file on every rank; TorchRec writes and reads each rank's shards instead
   (``torch.distributed.checkpoint``), which scales further.
 - **holdout evaluation**: :func:`evaluate_sharded` makes every rank run as many lookups as the rank with the

@@ -30,8 +30,8 @@ import contextlib
 import itertools
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from types import SimpleNamespace
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 from torch.utils.tensorboard import SummaryWriter
@@ -54,7 +54,6 @@ from lecture_code.training.optimizers import (
     make_optimizers,
 )
 from lecture_code.training.step import make_train_step
-
 
 TABLES = {"data": None, "kaggle": KAGGLE_CARDINALITIES, "terabyte": TERABYTE_CARDINALITIES}
 

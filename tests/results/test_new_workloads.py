@@ -218,7 +218,15 @@ def test_the_ddp_section_reads_its_rows_and_checks_the_graph_steps_scaling(
 
 def test_the_four_rank_goal_and_the_terabyte_section_read_their_own_rows(repo):
     rows = _ddp_rows("kaggle", 0.95, 1.1e7)
-    rows.append({**rows[-1], "world_size": 4, "global_batch": 8192, "samples_per_s": 1.2e7, "scaling_efficiency": 0.75})
+    rows.append(
+        {
+            **rows[-1],
+            "world_size": 4,
+            "global_batch": 8192,
+            "samples_per_s": 1.2e7,
+            "scaling_efficiency": 0.75,
+        }
+    )
     write_csv(repo / "benchmarks" / "results" / "ddp" / "ddp_4x-gpu_2026-01-01.csv", rows)
     sharded = [
         {**r, "backend": "sharded", "preset": "terabyte"} for r in _ddp_rows("terabyte", 0.9, 2.5e6)[2:]

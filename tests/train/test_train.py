@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lecture_code.profiling.profiler import trace_files
-from lecture_code.training import TrainConfig, train
 from lecture_code.data import load_metadata
 from lecture_code.data.schema import TERABYTE_CARDINALITIES
+from lecture_code.profiling.profiler import trace_files
+from lecture_code.training import TrainConfig, train
 from lecture_code.training.cli import parse_args
 from lecture_code.training.train import check_config, table_sizes
 
@@ -60,13 +60,17 @@ def test_cli_flags_map_to_config():
 
 
 def test_the_1tb_tables_flag_gives_criteos_rows_and_needs_the_modulus_hash(tiny_data):
-    cfg = parse_args(["--preset", "terabyte", "--tables", "terabyte", "--hashing", "modulus", "--no-checkpoint"])
+    cfg = parse_args(
+        ["--preset", "terabyte", "--tables", "terabyte", "--hashing", "modulus", "--no-checkpoint"]
+    )
     assert (cfg.preset, cfg.tables, cfg.hashing, cfg.checkpoint) == ("terabyte", "terabyte", "modulus", False)
     sizes = table_sizes(cfg, load_metadata(tiny_data, vocabularies=False))
     assert sizes == tuple(c + 1 for c in TERABYTE_CARDINALITIES) and sum(sizes) == 177_944_301
     data_sizes = table_sizes(TrainConfig(), load_metadata(tiny_data, vocabularies=False))
     assert data_sizes == load_metadata(tiny_data, vocabularies=False).num_embeddings_per_feature
-    with pytest.raises(ValueError, match="--tables terabyte.*pass --hashing modulus, got --hashing vocabulary"):
+    with pytest.raises(
+        ValueError, match="--tables terabyte.*pass --hashing modulus, got --hashing vocabulary"
+    ):
         check_config(TrainConfig(tables="terabyte"))
     with pytest.raises(ValueError, match="tables must be one of"):
         check_config(TrainConfig(tables="huge", hashing="modulus"))

@@ -39,6 +39,7 @@ BUILDERS: dict[tuple[str, str], Callable[[ResultFile], Section]] = {
     ("multi_lora", "multi_lora"): multi_lora.build,
     ("ddp", "ddp"): ddp.build,
     ("ddp", "ddp-terabyte"): ddp.build,  # the same benchmark with --preset terabyte
+    ("ddp", "ddp-terabyte-batch16384"): ddp.build,  # and with --batch-size 16384
 }
 
 # Workloads an issue asks a benchmark for, whose result may not exist yet: (title, command).
