@@ -34,8 +34,8 @@ In one CUDA graph (``--cuda-graph`` under ``torchrun``,
 collectives are captured with the kernels; :mod:`.graphs` says what that took (thread-local capture; graphs
 destroyed before the process group). On H200s (NVLink, NCCL 2.28.9, torch 2.11) the captured step equals the
 uncaptured one bitwise on each rank (``tests/train/test_fused_data_parallel.py``); its samples/s on 1, 2 and 4
-of them are in ``benchmarks/results/ddp/``. What limits its scaling: step 1 makes every rank sum and apply the
-rows of all ``W·B`` samples, so that part of the step does not shrink as ranks are added. gloo (CPU)
+of them are in ``benchmarks/results/ddp/``. Step 1 makes every rank sum and apply the rows of
+all ``W·B`` samples: that part of the step does not shrink as ranks are added. gloo (CPU)
 collectives cannot be captured.
 """
 
