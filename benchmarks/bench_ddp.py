@@ -40,7 +40,7 @@ import torch
 
 import kernels  # noqa: F401  (decides the runtime mode first: TRITON_INTERPRET=1 before triton loads, on a CPU)
 from lecture_code import bench as bu
-from lecture_code.data.schema import TERABYTE_CARDINALITIES
+from lecture_code.data.schema import criteo_table_rows
 from lecture_code.model import DLRM, DLRMConfig
 from lecture_code.perf.dlrm_step import make_batches
 from lecture_code.perf.kaggle_tables import kaggle_tables
@@ -240,7 +240,7 @@ def main(argv=None) -> list[dict]:
         config = DLRMConfig.preset("small", kaggle_tables(cap=100), hashing="modulus")
         batch, timing, worlds = args.batch_size or 16, dict(steps=4, warmup=2, repeats=3), [1, 2]
     else:
-        tables = kaggle_tables() if preset == "kaggle" else tuple(c + 1 for c in TERABYTE_CARDINALITIES)
+        tables = criteo_table_rows(preset)
         config = DLRMConfig.preset(preset, tables, hashing="modulus")
         timing = dict(steps=20, warmup=5, repeats=5)
         batch, worlds = args.batch_size or 2048, sorted({1, gpus, *(n for n in (2, 4) if n <= gpus)})

@@ -40,6 +40,7 @@ from .schema import (
     NUM_SPARSE,
     SPARSE_COLUMNS,
     TERABYTE_CARDINALITIES,
+    criteo_table_rows,
 )
 from .shards import Shard, load_shard, read_row_range, shard_slice
 from .staging import remove_stale_staging
@@ -56,6 +57,7 @@ __all__ = [
     "NUM_SPARSE",
     "SPARSE_COLUMNS",
     "TERABYTE_CARDINALITIES",
+    "criteo_table_rows",
     "Batch",
     "CriteoChunk",
     "CriteoMetadata",

@@ -46,6 +46,16 @@ TERABYTE_CARDINALITIES: tuple[int, ...] = (
 ``--num_embeddings_per_feature`` of TorchRec's DLRM example (uncapped). Used for sizes only (sharding plans);
 the synthetic data mirrors Kaggle's."""
 
+CRITEO_CARDINALITIES = {"kaggle": KAGGLE_CARDINALITIES, "terabyte": TERABYTE_CARDINALITIES}
+
+
+def criteo_table_rows(name: str) -> tuple[int, ...]:
+    """Rows per table of Criteo ``"kaggle"`` or ``"terabyte"``: each cardinality plus row 0 (missing ids)."""
+    if name not in CRITEO_CARDINALITIES:
+        raise ValueError(f"Criteo tables are one of {tuple(CRITEO_CARDINALITIES)}, got {name!r}")
+    return tuple(c + 1 for c in CRITEO_CARDINALITIES[name])
+
+
 KAGGLE_POSITIVE_RATE = 0.256
 
 assert len(KAGGLE_CARDINALITIES) == len(TERABYTE_CARDINALITIES) == NUM_SPARSE

@@ -41,7 +41,7 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     p.add_argument("--preset", choices=tuple(PRESETS), default=defaults.preset)
     p.add_argument("--data", dest="data_dir", help="preprocessed Criteo folder (default: synthetic sample)")
     p.add_argument(
-        "--tables", choices=tuple(TABLES), default=defaults.tables,
+        "--tables", choices=TABLES, default=defaults.tables,
         help="rows per table: the data's, or Criteo Kaggle's / 1TB's real sizes (with --hashing modulus)",
     )  # fmt: skip
     p.add_argument("--steps", type=int, default=defaults.steps)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from lecture_code.data.schema import KAGGLE_CARDINALITIES, TERABYTE_CARDINALITIES
+from lecture_code.data.schema import criteo_table_rows
 from lecture_code.training.sharding_plan import ShardingPlan, plan_sharding
 
 __all__ = ["main"]
@@ -32,9 +32,8 @@ def main(argv: list[str] | None = None) -> ShardingPlan:
     p.add_argument("--budget-gib", type=float, help="per rank: refuse a plan above it")
     p.add_argument("--row-wise-above-mb", type=float, help="tables above this many MiB split by rows")
     args = p.parse_args(argv)
-    cards = KAGGLE_CARDINALITIES if args.tables == "kaggle" else TERABYTE_CARDINALITIES
     plan = plan_sharding(
-        [c + 1 for c in cards], args.dim, args.world_size,
+        criteo_table_rows(args.tables), args.dim, args.world_size,
         memory_budget_bytes=args.budget_gib * 2**30 if args.budget_gib else None,
         row_wise_above_bytes=args.row_wise_above_mb * 2**20 if args.row_wise_above_mb else None,
         state_bytes_per_row=4 if args.optimizer == "rowwise_adagrad" else 0,

@@ -38,7 +38,7 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
 from lecture_code import data as criteo
-from lecture_code.data.schema import KAGGLE_CARDINALITIES, TERABYTE_CARDINALITIES
+from lecture_code.data.schema import CRITEO_CARDINALITIES, criteo_table_rows
 from lecture_code.model import BACKENDS, DLRM, PRESETS
 from lecture_code.training import distributed, sharded_training
 from lecture_code.training.checkpoint import load_checkpoint, save_checkpoint
@@ -55,7 +55,7 @@ from lecture_code.training.optimizers import (
 )
 from lecture_code.training.step import make_train_step
 
-TABLES = {"data": None, "kaggle": KAGGLE_CARDINALITIES, "terabyte": TERABYTE_CARDINALITIES}
+TABLES = ("data", *CRITEO_CARDINALITIES)  # "data": the data's own vocabularies; or Criteo's real sizes
 
 
 @dataclass
@@ -111,7 +111,7 @@ def check_config(cfg: TrainConfig, world_size: int = 1) -> None:
             "--optimizer rowwise_adagrad"
         )
     if cfg.tables not in TABLES:
-        raise ValueError(f"tables must be one of {tuple(TABLES)}, got {cfg.tables!r}")
+        raise ValueError(f"tables must be one of {TABLES}, got {cfg.tables!r}")
     if cfg.tables != "data" and cfg.hashing != "modulus":
         raise ValueError(
             f"--tables {cfg.tables}: Criteo's table sizes are not the data's vocabularies, ids take their "
@@ -130,8 +130,9 @@ def check_config(cfg: TrainConfig, world_size: int = 1) -> None:
 def table_sizes(cfg: TrainConfig, metadata) -> tuple[int, ...]:
     """Rows of each table: the data's (``tables="data"``) or Criteo's real cardinalities + 1 (row 0 kept
     for unseen ids, as the data's own), so the 1TB model's 177.9M rows train on any Criteo-format data."""
-    cards = TABLES[cfg.tables]
-    return tuple(metadata.num_embeddings_per_feature) if cards is None else tuple(c + 1 for c in cards)
+    if cfg.tables == "data":
+        return tuple(metadata.num_embeddings_per_feature)
+    return criteo_table_rows(cfg.tables)
 
 
 def _outgrow_one_gpu(cfg: TrainConfig, sizes: tuple[int, ...], device: torch.device) -> bool:
