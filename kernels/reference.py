@@ -210,7 +210,8 @@ def multi_lora_loop_(y, x, lora_a, lora_b, adapter_ids, scale):
     """Baseline: one pass per adapter, in place on y (what a layer with a dict of adapters does).
 
     For each adapter l: its tokens (``nonzero``, a host sync per adapter), ``x[tok] Aᵀ`` then ``· Bᵀ`` by
-    cuBLAS, ``index_add_`` into y. L · (1 sync + ~5 kernels) per call, whatever the batch.
+    cuBLAS, ``index_add_`` into y. L · (1 sync + ~6 kernels: ``==``, ``nonzero``, the gather ``x[tok]``, two
+    matmuls, ``index_add_``) per call, whatever the batch.
     """
     L = (lora_a if isinstance(lora_a, torch.Tensor) else lora_a[0]).shape[0]
     for i in range(L):

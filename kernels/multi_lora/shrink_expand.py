@@ -10,7 +10,8 @@ the *expand* ``y[t, cols_s] += s · t B_sᵀ``. FLOPs 2·T·r·(K + N): nothing 
 must move (element size e): x once (T·K·e), y read and written (2·T·N·e), the A and B of each adapter
 that has tokens once (r·(S·K + N)·e each). At T = 4096, K = N = 4096, r = 16, 8 adapters, bf16: 32 + 64
 + 2 MiB = 98 MiB (103 MB) ≈ 34 µs at 3 TB/s; at T = 16 the weights dominate (2 MB, < 1 µs), so a decode call
-is bound by launches and host time, not bytes. A per-adapter loop pays L host syncs and ~5·L kernels;
+is bound by launches and host time, not bytes. A per-adapter loop pays L host syncs and ~6·L kernels
+(``==``, ``nonzero``, the gather of x's rows, two matmuls, ``index_add_``);
 gather + bmm writes T copies of the weights (T·r·(K + N)·e: 67 MB at T = 256) and reads them back.
 
 **Grouping** (:mod:`kernels.multi_lora.metadata`): the tokens sorted by adapter, ``counts`` per adapter. A

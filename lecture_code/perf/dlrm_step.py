@@ -61,7 +61,13 @@ from lecture_code.model import DLRM, DLRMConfig
 from lecture_code.model import fused as _fused  # noqa: F401  (define the Triton kernels outside `with device`)
 from lecture_code.perf.gpu_memory import allocate_shared_workspaces, footprint_bytes
 from lecture_code.perf.mlp_sgd_in_backward import sgd_in_backward
-from lecture_code.perf.step_host_time import count_syncs, hidden_step, host_ms_per_step
+from lecture_code.perf.step_host_time import (
+    hidden_step,
+    host_bound,
+    host_ms_per_step,
+    issue_ms_per_step,
+    sync_sites,
+)
 from lecture_code.perf.step_timing import Variant, time_interleaved
 from lecture_code.training import make_graphed_train_step, make_optimizers, make_train_step
 
@@ -237,10 +243,10 @@ class StepResult:
     ms_min: float
     ms_max: float
     gpu_ms: float | None  # the GPU's time for one step, host hidden (GPU only)
-    # host_ms: the host's work per step, timed over a loop of steps issued while the GPU sleeps
-    # (step_host_time.host_ms_per_step; on a CPU the whole step). CSVs written before that timer
-    # (2026-11-24) held the clock around ONE step, which also held waits. Both read above ms_per_step in
-    # every row without a CUDA graph (see host_ms_per_step): an upper bound there
+    # host_ms: an upper bound on the host's work per step, the smaller of two loop clocks (GPU asleep,
+    # GPU awake: step_host_time.host_bound; on a CPU the whole step). CSVs of 2026-11-24 held the clock
+    # around ONE step, those of 2026-11-28 the asleep clock alone: both read above ms_per_step in every
+    # row without a CUDA graph
     host_ms: float
     samples_per_s: float
     state_mib: float | None  # what it keeps on the GPU: weights, grads, optimizer, graph pool (see measure)
@@ -256,9 +262,11 @@ class StepMeasurement(StepResult):
 
     syncs_per_step: float = (
         math.nan
-    )  # calls in one step that made the host wait for the GPU (step_host_time.count_syncs)
-    host_clean: bool | None = (
-        None  # True: the GPU still slept when the host had issued its steps (host_ms_per_step)
+    )  # calls in one step that made the host wait for the GPU (step_host_time.sync_sites)
+    host_clean: bool | None = None  # True: host_ms's clock can hold no wait for the GPU (host_bound)
+    host_timer: str = ""  # which clock host_ms is: "asleep" (host_ms_per_step) or "awake" (issue_ms_per_step)
+    sync_sites: str = (
+        ""  # the lines of one step that made the host wait, "; "-separated (step_host_time.sync_sites)
     )
 
 
@@ -273,8 +281,9 @@ def load_results(records: Sequence[dict]) -> list[StepMeasurement]:
         for k in optional & kw.keys():
             if isinstance(kw[k], float) and math.isnan(kw[k]):
                 kw[k] = None
-        if isinstance(kw.get("error"), float):  # an empty cell read as NaN: no error
-            kw["error"] = ""
+        for k in ("error", "host_timer", "sync_sites"):
+            if isinstance(kw.get(k), float):  # an empty cell read as NaN: no error, no clock named
+                kw[k] = ""
         out.append(StepMeasurement(**kw))
     return out
 
@@ -298,9 +307,11 @@ def measure(
     (``time.monotonic()``) the remaining ones are skipped, with that as their error.
 
     Per row and id distribution, ``hidden_reps`` times (interleaved), from :mod:`.step_host_time`: the GPU's
-    time of one step (``hidden_step``) and the host's time per step over ``host_steps`` steps
-    (``host_ms_per_step``; default 8 on a GPU, ``steps`` on a CPU), medians reported; ``host_clean`` is True
-    only if every host timing was clean. ``syncs_per_step`` from one step (``count_syncs``).
+    time of one step (``hidden_step``) and the host's time per step over ``host_steps`` steps, GPU asleep
+    (``host_ms_per_step``; default 8 on a GPU, ``steps`` on a CPU) and on a GPU awake too
+    (``issue_ms_per_step``), medians; ``host_ms`` is the smaller (``host_bound``), ``host_clean`` whether it
+    can hold no wait (for the asleep clock: every try was clean). ``syncs_per_step`` and ``sync_sites`` from
+    one step (``sync_sites``).
 
     Memory (GPU, :mod:`lecture_code.perf.gpu_memory`): ``state_mib`` is what building and warming a row adds
     to ``footprint_bytes`` (a graph's pool counted whole), after ``allocate_shared_workspaces`` (so the main
@@ -341,22 +352,29 @@ def measure(
         n_host = host_steps or (8 if gpu else max(steps, 1))
         hidden: dict[str, list[float]] = {n: [] for n in live}
         host: dict[str, list[tuple[float, bool]]] = {n: [] for n in live}
+        awake: dict[str, list[float]] = {n: [] for n in live}
         for r in range(hidden_reps):  # interleaved too
             for n, t in zip(live, timings, strict=True):
                 hidden[n].append(hidden_step(built[n][0], bs[r % len(bs)], device, t.ms_per_step)[0])
                 host[n].append(host_ms_per_step(built[n][0], bs, device, t.ms_per_step, n_host))
+                if gpu:
+                    awake[n].append(issue_ms_per_step(built[n][0], bs, device, n_host))
         for n, t in zip(live, timings, strict=True):
             transient = t.peak_step_mib if gpu else None
             state = built[n][1]
             gpu_ms = statistics.median(hidden[n]) if gpu else None
-            host_ms = statistics.median(h[0] for h in host[n])
+            sites = sync_sites(built[n][0], bs[0], device)
+            syncs = len(sites)
+            asleep = (statistics.median(h[0] for h in host[n]), all(h[1] for h in host[n]))
+            awake_ms = statistics.median(awake[n]) if gpu else math.nan
+            host_ms, clean, timer = host_bound(asleep, awake_ms, gpu_ms, syncs)
             results.append(
                 StepMeasurement(
                     n, ids, t.ms_per_step, t.ms_min, t.ms_max, gpu_ms, host_ms,
                     1e3 * bs[0].label.shape[0] / t.ms_per_step, state,
                     None if state is None else state + transient,
-                    syncs_per_step=count_syncs(built[n][0], bs[0], device),
-                    host_clean=all(h[1] for h in host[n]),
+                    syncs_per_step=syncs, sync_sites="; ".join(dict.fromkeys(sites)), host_clean=clean,
+                    host_timer=timer,
                 )
             )  # fmt: skip
         for n in names:

@@ -93,8 +93,8 @@ def waterfall_rows(results: Sequence[StepResult], ids: str = "uniform") -> list[
     out), each with ``change`` (what it does), ``builds_on`` (:data:`BUILDS_ON`), and the speed-up factors
     ``vs_base`` (over the step it builds on; NaN where that one was not measured), ``vs_previous`` (over the
     row above, which may differ in more than one thing) and ``vs_first``; ``gpu_idle`` (:func:`gpu_idle`,
-    without a profiler), and where the result carries them (a ``StepMeasurement``) ``syncs_per_step`` and
-    ``host_clean``."""
+    without a profiler), and where the result carries them (a ``StepMeasurement``) ``syncs_per_step``,
+    ``sync_sites``, ``host_clean`` and ``host_timer``."""
     by_name = {r.implementation: r for r in results if r.ids == ids and not r.error}
     rows: list[dict] = []
     for name, change in STEPS.items():
@@ -118,6 +118,8 @@ def waterfall_rows(results: Sequence[StepResult], ids: str = "uniform") -> list[
                 "gpu_idle": gpu_idle(r.gpu_ms, r.ms_per_step),
                 "syncs_per_step": getattr(r, "syncs_per_step", math.nan),
                 "host_clean": getattr(r, "host_clean", None),
+                "host_timer": getattr(r, "host_timer", ""),
+                "sync_sites": getattr(r, "sync_sites", ""),
                 "samples_per_s": r.samples_per_s,
                 "peak_mib": r.peak_mib,
                 "vs_previous": previous / r.ms_per_step,

@@ -2,9 +2,14 @@
 
 A loop's wall time per step is the larger of the host's work and the GPU's work (they overlap). To see each
 alone, the GPU is first held by a sleep kernel (``torch.cuda._sleep``, through :mod:`lecture_code.internals`)
-while the host enqueues: the events around one step then time only the GPU's work (:func:`hidden_step`), and
-the host's clock over a loop of steps issued while the GPU still sleeps times only the host's
-(:func:`host_ms_per_step`). :func:`count_syncs` counts the calls of one step that make the host wait.
+while the host enqueues: the events around one step then time only the GPU's work (:func:`hidden_step`).
+
+The host's work has no such clean clock; two clocks each read it plus something, so each is an upper bound:
+:func:`host_ms_per_step` times a loop issued while the GPU still sleeps (no wait for the GPU is possible, but
+launches into a queue the GPU does not drain were measured to cost more), :func:`issue_ms_per_step` times a
+loop issued while the GPU runs it (launches as in training, but a sync, or a full launch queue, waits).
+:func:`host_bound` takes the smaller and says whether it can hold a wait. :func:`sync_sites` names the
+lines of one step that make the host wait (:func:`count_syncs` counts them).
 Used by :func:`lecture_code.perf.dlrm_step.measure`.
 """
 
@@ -14,27 +19,36 @@ import math
 import time
 import warnings
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import torch
 
 from lecture_code.data import Batch
 from lecture_code.internals import gpu_sleep
 
-__all__ = ["SYNC_WARNING", "count_syncs", "hidden_step", "host_ms_per_step"]
+__all__ = [
+    "SYNC_WARNING",
+    "count_syncs",
+    "hidden_step",
+    "host_bound",
+    "host_ms_per_step",
+    "issue_ms_per_step",
+]
 
 
 SYNC_WARNING = "called a synchronizing CUDA operation"
 """The text of the warning torch's sync debug mode issues at each call that makes the host wait."""
 
 
-def count_syncs(step: Callable, batch: Batch, device: torch.device, warmup: int = 1) -> int:
-    """How many calls of one step make the host wait for the GPU (``.item()``, ``nonzero``, a blocking copy…),
-    counted by torch's sync debug mode (``torch.cuda.set_sync_debug_mode("warn")``: one warning per such
-    call, :data:`SYNC_WARNING`; other warnings are not counted). The step first runs ``warmup`` times with
-    the mode off, so a wait that happens once (a lazy initialisation, a first call's compile or allocation)
-    is not counted as one in every step. 0 on a CPU, where there is nothing to wait for."""
+def sync_sites(step: Callable, batch: Batch, device: torch.device, warmup: int = 1) -> list[str]:
+    """Where one step makes the host wait for the GPU (``.item()``, ``nonzero``, a blocking copy…): one
+    ``folder/file.py:line`` per such call, the Python line that made it, as torch's sync debug mode reports
+    them (``torch.cuda.set_sync_debug_mode("warn")``: one warning per such call, :data:`SYNC_WARNING`; other
+    warnings are not counted). The step first runs ``warmup`` times with the mode off, so a wait that happens
+    once (a lazy initialisation, a first call's compile or allocation) is not reported as one of every step.
+    Empty on a CPU, where there is nothing to wait for."""
     if device.type != "cuda":
-        return 0
+        return []
     for _ in range(warmup):
         step(batch)
     torch.cuda.synchronize(device)
@@ -46,7 +60,16 @@ def count_syncs(step: Callable, batch: Batch, device: torch.device, warmup: int 
         finally:
             torch.cuda.set_sync_debug_mode("default")
     torch.cuda.synchronize(device)
-    return sum(SYNC_WARNING in str(w.message) for w in caught)
+    return [
+        f"{'/'.join(Path(w.filename).parts[-2:])}:{w.lineno}"
+        for w in caught
+        if SYNC_WARNING in str(w.message)
+    ]
+
+
+def count_syncs(step: Callable, batch: Batch, device: torch.device, warmup: int = 1) -> int:
+    """How many calls of one step make the host wait for the GPU: ``len(sync_sites(...))``. 0 on a CPU."""
+    return len(sync_sites(step, batch, device, warmup))
 
 
 def host_ms_per_step(
@@ -62,10 +85,11 @@ def host_ms_per_step(
     holds about a thousand kernels) and a sleep twice as long; after ``tries`` the last time is returned
     with ``clean`` False: an upper bound, not the host's work. On a CPU: the loop's time (the whole step).
 
-    Measured (H100, ``benchmarks/results/dlrm_step/`` CSV of 2026-11-28): in every row without a CUDA graph
-    this reads *above* the loop's wall time per step (eager 7.74 against 5.62 ms, fused 4.07 against 3.65)
-    with ``clean`` True, which the host's work alone cannot do. Launches into a queue the sleeping GPU does
-    not drain seem to cost the host more than in the loop; read it as an upper bound there too."""
+    Measured (H100, the ``benchmarks/results/dlrm_step/`` CSV of 2026-11-28): in every row without a CUDA
+    graph this read *above* the loop's wall time per step (eager 7.74 against 5.62 ms, fused 4.07 against
+    3.65) with ``clean`` True, which the host's work alone cannot do: launches into a queue the sleeping GPU
+    does not drain cost the host more than in the loop. An upper bound, then; :func:`host_bound` sets it
+    beside :func:`issue_ms_per_step`'s."""
     if device.type != "cuda":
         t0 = time.perf_counter()
         for i in range(n):
@@ -87,6 +111,38 @@ def host_ms_per_step(
             return host, True
         n = max(1, n // 2)
     return host, False
+
+
+def issue_ms_per_step(step: Callable, batches: Sequence[Batch], device: torch.device, n: int = 8) -> float:
+    """The host's clock per step over ``n`` steps issued back to back while the GPU runs them, stopped when
+    the last call returns (the wait for the GPU to finish is not counted). Launches cost what they cost in
+    training; the clock also holds every wait inside the loop: at a sync (:func:`count_syncs`), and at a full
+    launch queue, which only a GPU slower than the host fills. One warm-up step first."""
+    step(batches[0])
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    for i in range(n):
+        step(batches[i % len(batches)])
+    ms = 1e3 * (time.perf_counter() - t0) / n
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return ms
+
+
+def host_bound(
+    asleep: tuple[float, bool], awake_ms: float, gpu_ms: float | None, syncs: float
+) -> tuple[float, bool, str]:
+    """(host ms, clean, which clock): the smaller of the two upper bounds on the host's work per step,
+    ``asleep`` = :func:`host_ms_per_step`'s (ms, clean) and ``awake_ms`` = :func:`issue_ms_per_step`'s.
+    The awake clock holds no wait (``clean``) when the step has no sync and the host is slower than the GPU
+    (``awake_ms >= gpu_ms``): a GPU that drains the queue faster than the host fills it never makes a launch
+    wait. Ties and NaNs go to the asleep clock."""
+    asleep_ms, asleep_clean = asleep
+    if not awake_ms < asleep_ms:
+        return asleep_ms, asleep_clean, "asleep"
+    gpu_faster = gpu_ms is not None and math.isfinite(gpu_ms) and awake_ms >= gpu_ms
+    return awake_ms, syncs == 0 and gpu_faster, "awake"
 
 
 def hidden_step(step: Callable, batch: Batch, device: torch.device, wall_ms: float) -> tuple[float, float]:

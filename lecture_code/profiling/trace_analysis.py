@@ -143,13 +143,23 @@ def top_kernels(events: pd.DataFrame, n: int = 10) -> pd.DataFrame:
 _TEMPLATE_OR_ARGS = re.compile(r"[<(]")
 
 
+_WRAPPED = re.compile(r"^(?:\w+::)*(?:Kernel\d*|device_kernel)<(?:\w+::)*(\w+)")
+"""CUTLASS's launch wrappers (``cutlass::Kernel2<cutlass_80_simt_sgemm_128x64_8x5_nt_align1>``): the kernel
+is named by the template argument, the wrapper's own name is the same for every GEMM."""
+
+
 def short_kernel_name(name: str) -> str:
     """``void at::native::(anonymous namespace)::embedding_backward_kernel<float, long>(long const*, ...)``
-    → ``embedding_backward_kernel``: no return type, namespaces, template or argument list. Names with
-    nothing to strip (``triton_poi_fused_relu_0``, ``aten::mm``, ``Memcpy DtoH ...``) come back unchanged."""
+    → ``embedding_backward_kernel``: no return type, namespaces, template or argument list; a CUTLASS wrapper
+    (``void cutlass::Kernel2<cutlass_80_simt_sgemm_128x64_8x5_nt_align1>(Params)``) → the kernel it wraps
+    (``cutlass_80_simt_sgemm_128x64_8x5_nt_align1``). Names with nothing to strip
+    (``triton_poi_fused_relu_0``, ``aten::mm``, ``Memcpy DtoH ...``) come back unchanged."""
     if "::" not in name or name.startswith("aten::"):
         return name
     base = name.removeprefix("void ").replace("(anonymous namespace)::", "")
+    wrapped = _WRAPPED.match(base)
+    if wrapped:
+        return wrapped.group(1)
     cut = _TEMPLATE_OR_ARGS.search(base)
     head = base[: cut.start()] if cut else base
     return head.rsplit("::", 1)[-1] or name

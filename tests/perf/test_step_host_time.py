@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 import math
+import sys
+import time
 import warnings
 
 import pytest
@@ -11,7 +13,7 @@ import torch
 
 from lecture_code.perf import step_host_time
 from lecture_code.perf.dlrm_step import StepMeasurement, StepResult, load_results
-from lecture_code.perf.step_host_time import SYNC_WARNING, count_syncs, host_ms_per_step
+from lecture_code.perf.step_host_time import SYNC_WARNING, count_syncs, host_ms_per_step, sync_sites
 
 CPU = torch.device("cpu")
 
@@ -81,6 +83,9 @@ def test_syncs_counted_after_a_warm_up_step(monkeypatch):
     assert count_syncs(step, None, torch.device("cuda")) == 2
     assert calls == ["default", "warn"] and state["mode"] == "default"  # the warm-up ran with the mode off
     calls.clear()
+    line = step.__code__.co_firstlineno + 4  # the warnings.warn(SYNC_WARNING) line
+    assert sync_sites(step, None, torch.device("cuda")) == [f"perf/test_step_host_time.py:{line}"] * 2
+    calls.clear()
     # no warm-up: the first step's one-time wait is counted too
     assert count_syncs(step, None, torch.device("cuda"), warmup=0) == 3
 
@@ -97,11 +102,17 @@ def test_sync_debug_mode_is_turned_off_when_the_step_raises(monkeypatch):
     assert state["mode"] == "default"
 
 
+def _line() -> int:
+    """The caller's line number."""
+    return sys._getframe(1).f_lineno
+
+
 @pytest.mark.gpu
 def test_syncs_counted_and_host_timer_clean_on_a_gpu():
     cuda = torch.device("cuda")
     x = torch.ones(1000, device=cuda)
     assert count_syncs(lambda b: x.sum().item(), None, cuda) >= 1
+    assert sync_sites(lambda b: x.sum().item(), None, cuda) == [f"perf/test_step_host_time.py:{_line() - 1}"]
     assert count_syncs(lambda b: x.mul_(1.0), None, cuda) == 0
     first = []
     assert count_syncs(lambda b: first or first.append(x.sum().item()), None, cuda) == 0  # first step only
@@ -109,6 +120,44 @@ def test_syncs_counted_and_host_timer_clean_on_a_gpu():
     assert clean and ms < 1.0  # one small launch per step: host work only, well under a millisecond
     _, clean = host_ms_per_step(lambda b: x.sum().item(), [None], cuda, wall_ms=0.1, tries=2)
     assert not clean  # .item() waits for the sleeping GPU: the timer says its clock held a wait
+    assert step_host_time.issue_ms_per_step(lambda b: x.mul_(1.0), [None], cuda) < 1.0
+    big = torch.ones(2**28, device=cuda)  # 1 GiB: a sum reads it in ≥ 0.2 ms at ≤ 5 TB/s; issuing takes µs
+    assert (
+        step_host_time.issue_ms_per_step(lambda b: big.sum().item(), [None], cuda) > 0.2
+    )  # each .item() waited for its pass
+
+
+def test_issue_clock_times_the_loop_from_a_warmed_step():
+    calls = []
+    ms = step_host_time.issue_ms_per_step(
+        lambda b: (calls.append(b), time.sleep(0.002)), ["a", "b"], CPU, n=5
+    )
+    assert calls == ["a", "a", "b", "a", "b", "a"]  # one warm-up step, then n steps over the batches in turn
+    assert ms >= 2.0
+
+
+@pytest.mark.parametrize(
+    "asleep, awake, gpu, syncs, expected",
+    [
+        (
+            (7.7, True),
+            5.5,
+            0.9,
+            0,
+            (5.5, True, "awake"),
+        ),  # host-bound, no sync: the awake clock waits nowhere
+        ((7.7, True), 5.5, 0.9, 2, (5.5, False, "awake")),  # a sync inside the step: it may hold a wait
+        ((7.7, True), 0.5, 0.9, 0, (0.5, False, "awake")),  # GPU slower than the host: a full queue may wait
+        ((7.7, True), 5.5, None, 0, (5.5, False, "awake")),  # no GPU time to compare with
+        ((0.02, True), 0.3, 0.3, 0, (0.02, True, "asleep")),  # a graph replay: the asleep clock is smaller
+        ((0.02, False), 0.02, 0.3, 0, (0.02, False, "asleep")),  # ties go to the asleep clock, its flag kept
+        ((0.02, True), math.nan, None, 0, (0.02, True, "asleep")),  # a CPU: no awake clock
+    ],
+)
+def test_host_bound_takes_the_smaller_clock_and_says_if_it_can_hold_a_wait(
+    asleep, awake, gpu, syncs, expected
+):
+    assert step_host_time.host_bound(asleep, awake, gpu, syncs) == expected
 
 
 def test_load_results_reads_old_and_new_csv_rows():
@@ -118,8 +167,27 @@ def test_load_results_reads_old_and_new_csv_rows():
     (r,) = load_results([old])
     assert isinstance(r, StepResult) and r.gpu_ms is None and r.peak_mib is None and r.error == ""
     assert math.isnan(r.syncs_per_step) and r.host_clean is None and r.host_ms == 5.4
-    (r,) = load_results([{**old, "gpu_ms": 0.5, "syncs_per_step": 2.0, "host_clean": False, "error": "boom"}])
-    assert (r.gpu_ms, r.syncs_per_step, r.host_clean, r.error) == (0.5, 2.0, False, "boom")
+    assert r.host_timer == ""
+    row = {
+        **old,
+        "gpu_ms": 0.5,
+        "syncs_per_step": 2.0,
+        "host_clean": False,
+        "error": "boom",
+        "host_timer": "awake",
+    }
+    (r,) = load_results([row])
+    assert (r.gpu_ms, r.syncs_per_step, r.host_clean, r.error, r.host_timer) == (
+        0.5,
+        2.0,
+        False,
+        "boom",
+        "awake",
+    )
+    (r,) = load_results([{**row, "host_timer": math.nan, "sync_sites": math.nan}])  # the columns, cells empty
+    assert r.host_timer == "" and r.sync_sites == ""
+    (r,) = load_results([{**row, "sync_sites": "training/graphs.py:80"}])
+    assert r.sync_sites == "training/graphs.py:80"
     # the old notebook's way of building a StepResult from its fields still works on a new row
     new = {**old, "syncs_per_step": 0.0, "host_clean": True}
     assert StepResult(**{k: new[k] for k in StepResult.__dataclass_fields__}).host_ms == 5.4

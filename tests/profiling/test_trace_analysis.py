@@ -186,7 +186,16 @@ def test_top_kernels_counts_gpu_time_once_per_kernel_name():
             "(long const*, float const*, float*, int, long, int)",
             "embedding_backward_feature_kernel",
         ),
-        ("void cutlass::Kernel2<cutlass_80_simt_sgemm_128x64_8x5_nt_align1>(Params)", "Kernel2"),
+        (
+            "void cutlass::Kernel2<cutlass_80_simt_sgemm_128x64_8x5_nt_align1>"
+            "(cutlass_80_simt_sgemm_128x64_8x5_nt_align1::Params)",
+            "cutlass_80_simt_sgemm_128x64_8x5_nt_align1",
+        ),
+        ("void cutlass::device_kernel<cutlass3x_sm90_gemm<float>>(Params)", "cutlass3x_sm90_gemm"),
+        (
+            "void at::native::vectorized_elementwise_kernel<4, Kernel2<int>>(int)",
+            "vectorized_elementwise_kernel",
+        ),
         ("triton_poi_fused_relu_0", "triton_poi_fused_relu_0"),
         ("aten::mm", "aten::mm"),
         ("Memcpy DtoH (Device -> Pageable)", "Memcpy DtoH (Device -> Pageable)"),
