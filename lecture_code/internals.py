@@ -166,6 +166,21 @@ def inductor_mode_options(mode: str) -> dict[str, Any]:
     return dict(list_mode_options(mode))
 
 
+@contextmanager
+def fresh_inductor_cache() -> Iterator[None]:
+    """``torch._inductor.utils.fresh_cache()``: inside the block inductor compiles as on a fresh machine.
+
+    Its on-disk caches (FX graph cache, GEMM autotuning timings, Triton kernels) live in a new temporary
+    folder (``TORCHINDUCTOR_CACHE_DIR`` and ``TRITON_CACHE_DIR`` point there), its in-memory caches are
+    cleared on entry, and the folder is deleted on exit. Nothing is read from, or written to, the caches
+    of earlier runs: a compile inside finds no earlier result to reuse, so it lowers and autotunes again.
+    """
+    from torch._inductor.utils import fresh_cache
+
+    with fresh_cache():
+        yield
+
+
 def clear_torch_triton_caches() -> None:
     """``torch.utils._triton`` caches the backend it derived from the active driver: forget it."""
     try:
@@ -268,6 +283,7 @@ __all__ = [
     "dynamo_explain",
     "dynamo_graph_break_errors",
     "dynamo_logger",
+    "fresh_inductor_cache",
     "gpu_sleep",
     "gpu_sleep_available",
     "inductor_config",

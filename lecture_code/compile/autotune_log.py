@@ -17,6 +17,12 @@ kernel of their own. Inductor writes one table per GEMM to stderr::
 :func:`autotune_tables` turns that text into short lines: the GEMM and its sizes, then the fastest candidates
 with their time and tile. :func:`capture_autotuned` captures a compile in such a mode and collects the text
 (``contextlib.redirect_stderr``), so it is returned instead of printed.
+
+Inductor writes a table only when it benchmarks. It keeps the timings (and whole compiled graphs) in its
+on-disk cache, so a second compile of the same GEMM shapes, in this process or on a later run on the same
+machine, takes the winner from the cache and prints nothing: on an H200 a second run gave no table at all.
+:func:`capture_autotuned` therefore compiles in a fresh, private cache folder (deleted after), so every call
+benchmarks, and prints its tables, as the first did.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from typing import Any
 
 from lecture_code.compile.capture import capture_compiled_code
 from lecture_code.compile.generated_code import CompiledCode
+from lecture_code.internals import fresh_inductor_cache
 
 __all__ = ["autotune_tables", "capture_autotuned"]
 
@@ -71,8 +78,11 @@ def capture_autotuned(
 ) -> tuple[CompiledCode, list[str]]:
     """:func:`~lecture_code.compile.capture.capture_compiled_code` with ``torch.compile(mode=mode)``, and the
     autotuning tables inductor wrote to stderr meanwhile, read by :func:`autotune_tables` (empty where no GEMM
-    was autotuned, e.g. on a CPU)."""
+    was autotuned, e.g. on a CPU).
+
+    The compile runs in a fresh inductor cache (:func:`~lecture_code.internals.fresh_inductor_cache`): in the
+    machine's cache, timings or a graph from an earlier run would be reused, not benchmarked and printed."""
     stderr = io.StringIO()
-    with contextlib.redirect_stderr(stderr):
+    with fresh_inductor_cache(), contextlib.redirect_stderr(stderr):
         code = capture_compiled_code(fn_or_module, *example_inputs, mode=mode)
     return code, autotune_tables(stderr.getvalue(), top)

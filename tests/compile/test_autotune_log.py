@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
-from lecture_code.compile import autotune_tables, capture_autotuned
+from lecture_code.compile import autotune_tables, capture_autotuned, capture_compiled_code
 from lecture_code.internals import inductor_mode_options
 
 # The format of ``AlgorithmSelectorCache.log_results`` (torch/_inductor/select_algorithm.py), two GEMMs.
@@ -56,14 +58,42 @@ def test_the_modes_settings():
     assert not tuned.get("triton.cudagraphs") and graphs.get("triton.cudagraphs") is True
 
 
+def _cache_entries(folder) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+
+
+def test_capture_autotuned_compiles_in_a_cache_of_its_own(tmp_path, monkeypatch, device):
+    """A compile found in inductor's cache is not autotuned again and prints no table (seen on an H200 on
+    the second run): capture_autotuned neither reads nor writes the machine's cache."""
+    machine_cache = tmp_path / "inductor"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(machine_cache))
+    x = torch.randn(6, 10, device=device)
+
+    def fn(t):
+        return torch.sigmoid(t * 3.0 - 1.0)
+
+    code, _ = capture_autotuned(fn, x)
+    assert code.files and code.kernels  # it compiled, ran and was captured
+    torch.testing.assert_close(code.result, fn(x))
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(machine_cache)  # set back after the private folder
+    stored = _cache_entries(machine_cache)
+    assert not any("fxgraph" in entry for entry in stored), stored
+    # the same compile with the machine's cache: its graph is stored there (the check above can fail)
+    capture_compiled_code(fn, x, mode="max-autotune-no-cudagraphs")
+    assert any("fxgraph" in entry for entry in _cache_entries(machine_cache))
+
+
 @pytest.mark.gpu
 def test_capture_autotuned_on_a_gpu_returns_the_tables(mlp):
     model, x = mlp
+    _, first = capture_autotuned(model, x)
+    # the same GEMMs again: benchmarked again, not read from the cache the first call filled
     code, tables = capture_autotuned(model, x)
     with torch.no_grad():
         torch.testing.assert_close(code.result, model(x), atol=1e-3, rtol=1e-3)  # another GEMM's sum order
     headers = [line for line in tables if not line.startswith(" ")]
     assert 1 <= len(headers) <= 2  # two Linear layers: at most one autotuned GEMM each
+    assert headers == [line for line in first if not line.startswith(" ")]  # the second call shows them too
     assert all(len(line.split()) >= 4 for line in tables if line.startswith(" "))  # name, time, ms, share
     assert all(h.startswith(("addmm(", "mm(")) for h in headers)
     assert any(k.kind == "template" for k in code.kernels) or code.extern_calls  # each GEMM went somewhere
