@@ -39,9 +39,10 @@ order the lecture applies them (each a named builder, validated against eager in
 :func:`measure` times them interleaved (:func:`~lecture_code.perf.step_timing.time_interleaved`: wall time
 per step in a loop that never syncs, its spread over repeats) and, separately, GPU time and host time with
 the GPU held asleep while the host enqueues (:mod:`lecture_code.perf.step_host_time`: the events around one
-step measure only the GPU's work; the host's clock over a loop of steps issued while the GPU still sleeps
-only the host's, and ``host_clean`` says whether the GPU still slept); ``syncs_per_step`` counts the calls
-of one step that make the host wait for the GPU. A CUDA graph's step is one launch.
+step measure only the GPU's work; the host's work has two upper bounds, its clock over a loop issued while the
+GPU still sleeps and its clock over the timed loop until the last step call returned, and ``host_ms`` is the
+smaller, ``host_clean`` whether it can hold a wait); ``syncs_per_step`` counts the calls of one step that make
+the host wait for the GPU, ``sync_sites`` names their lines. A CUDA graph's step is one launch.
 """
 
 from __future__ import annotations
@@ -65,7 +66,6 @@ from lecture_code.perf.step_host_time import (
     hidden_step,
     host_bound,
     host_ms_per_step,
-    issue_ms_per_step,
     sync_sites,
 )
 from lecture_code.perf.step_timing import Variant, time_interleaved
@@ -243,10 +243,10 @@ class StepResult:
     ms_min: float
     ms_max: float
     gpu_ms: float | None  # the GPU's time for one step, host hidden (GPU only)
-    # host_ms: an upper bound on the host's work per step, the smaller of two loop clocks (GPU asleep,
-    # GPU awake: step_host_time.host_bound; on a CPU the whole step). CSVs of 2026-11-24 held the clock
-    # around ONE step, those of 2026-11-28 the asleep clock alone: both read above ms_per_step in every
-    # row without a CUDA graph
+    # host_ms: an upper bound on the host's work per step, the smaller of two loop clocks (GPU asleep, the
+    # timed loop's issue clock: step_host_time.host_bound; on a CPU the whole step). CSVs of 2026-11-24 held
+    # the clock around ONE step, those of 2026-11-28 the asleep clock alone: both read above ms_per_step in
+    # every row without a CUDA graph
     host_ms: float
     samples_per_s: float
     state_mib: float | None  # what it keeps on the GPU: weights, grads, optimizer, graph pool (see measure)
@@ -264,7 +264,9 @@ class StepMeasurement(StepResult):
         math.nan
     )  # calls in one step that made the host wait for the GPU (step_host_time.sync_sites)
     host_clean: bool | None = None  # True: host_ms's clock can hold no wait for the GPU (host_bound)
-    host_timer: str = ""  # which clock host_ms is: "asleep" (host_ms_per_step) or "awake" (issue_ms_per_step)
+    host_timer: str = (
+        ""  # host_ms's clock: "asleep" (host_ms_per_step) or "issue" (the timed loop's, issue_ms)
+    )
     sync_sites: str = (
         ""  # the lines of one step that made the host wait, "; "-separated (step_host_time.sync_sites)
     )
@@ -308,10 +310,10 @@ def measure(
 
     Per row and id distribution, ``hidden_reps`` times (interleaved), from :mod:`.step_host_time`: the GPU's
     time of one step (``hidden_step``) and the host's time per step over ``host_steps`` steps, GPU asleep
-    (``host_ms_per_step``; default 8 on a GPU, ``steps`` on a CPU) and on a GPU awake too
-    (``issue_ms_per_step``), medians; ``host_ms`` is the smaller (``host_bound``), ``host_clean`` whether it
-    can hold no wait (for the asleep clock: every try was clean). ``syncs_per_step`` and ``sync_sites`` from
-    one step (``sync_sites``).
+    (``host_ms_per_step``; default 8 on a GPU, ``steps`` on a CPU), medians; on a GPU ``host_ms`` is the
+    smaller of that and the timed loop's own issue clock (``host_bound``; ``StepTiming.issue_ms``),
+    ``host_clean`` whether it can hold no wait (for the asleep clock: every try was clean).
+    ``syncs_per_step`` and ``sync_sites`` from one step (``sync_sites``).
 
     Memory (GPU, :mod:`lecture_code.perf.gpu_memory`): ``state_mib`` is what building and warming a row adds
     to ``footprint_bytes`` (a graph's pool counted whole), after ``allocate_shared_workspaces`` (so the main
@@ -352,13 +354,10 @@ def measure(
         n_host = host_steps or (8 if gpu else max(steps, 1))
         hidden: dict[str, list[float]] = {n: [] for n in live}
         host: dict[str, list[tuple[float, bool]]] = {n: [] for n in live}
-        awake: dict[str, list[float]] = {n: [] for n in live}
         for r in range(hidden_reps):  # interleaved too
             for n, t in zip(live, timings, strict=True):
                 hidden[n].append(hidden_step(built[n][0], bs[r % len(bs)], device, t.ms_per_step)[0])
                 host[n].append(host_ms_per_step(built[n][0], bs, device, t.ms_per_step, n_host))
-                if gpu:
-                    awake[n].append(issue_ms_per_step(built[n][0], bs, device, n_host))
         for n, t in zip(live, timings, strict=True):
             transient = t.peak_step_mib if gpu else None
             state = built[n][1]
@@ -366,8 +365,7 @@ def measure(
             sites = sync_sites(built[n][0], bs[0], device)
             syncs = len(sites)
             asleep = (statistics.median(h[0] for h in host[n]), all(h[1] for h in host[n]))
-            awake_ms = statistics.median(awake[n]) if gpu else math.nan
-            host_ms, clean, timer = host_bound(asleep, awake_ms, gpu_ms, syncs)
+            host_ms, clean, timer = host_bound(asleep, t.issue_ms if gpu else math.nan, gpu_ms, syncs)
             results.append(
                 StepMeasurement(
                     n, ids, t.ms_per_step, t.ms_min, t.ms_max, gpu_ms, host_ms,

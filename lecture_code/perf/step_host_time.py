@@ -6,11 +6,11 @@ while the host enqueues: the events around one step then time only the GPU's wor
 
 The host's work has no such clean clock; two clocks each read it plus something, so each is an upper bound:
 :func:`host_ms_per_step` times a loop issued while the GPU still sleeps (no wait for the GPU is possible, but
-launches into a queue the GPU does not drain were measured to cost more), :func:`issue_ms_per_step` times a
-loop issued while the GPU runs it (launches as in training, but a sync, or a full launch queue, waits).
-:func:`host_bound` takes the smaller and says whether it can hold a wait. :func:`sync_sites` names the
-lines of one step that make the host wait (:func:`count_syncs` counts them).
-Used by :func:`lecture_code.perf.dlrm_step.measure`.
+launches into a queue the GPU does not drain were measured to cost more), and the timed loop itself gives the
+host's clock until its last step call returned (``StepTiming.issue_ms`` in :mod:`.step_timing`: launches as in
+training, but a sync, or a full launch queue, waits; never more than the wall time). :func:`host_bound` takes
+the smaller and says whether it can hold a wait. :func:`sync_sites` names the lines of one step that make the
+host wait (:func:`count_syncs` counts them). Used by :func:`lecture_code.perf.dlrm_step.measure`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ __all__ = [
     "hidden_step",
     "host_bound",
     "host_ms_per_step",
-    "issue_ms_per_step",
 ]
 
 
@@ -89,7 +88,7 @@ def host_ms_per_step(
     graph this read *above* the loop's wall time per step (eager 7.74 against 5.62 ms, fused 4.07 against
     3.65) with ``clean`` True, which the host's work alone cannot do: launches into a queue the sleeping GPU
     does not drain cost the host more than in the loop. An upper bound, then; :func:`host_bound` sets it
-    beside :func:`issue_ms_per_step`'s."""
+    beside the timed loop's issue clock."""
     if device.type != "cuda":
         t0 = time.perf_counter()
         for i in range(n):
@@ -113,36 +112,20 @@ def host_ms_per_step(
     return host, False
 
 
-def issue_ms_per_step(step: Callable, batches: Sequence[Batch], device: torch.device, n: int = 8) -> float:
-    """The host's clock per step over ``n`` steps issued back to back while the GPU runs them, stopped when
-    the last call returns (the wait for the GPU to finish is not counted). Launches cost what they cost in
-    training; the clock also holds every wait inside the loop: at a sync (:func:`count_syncs`), and at a full
-    launch queue, which only a GPU slower than the host fills. One warm-up step first."""
-    step(batches[0])
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    t0 = time.perf_counter()
-    for i in range(n):
-        step(batches[i % len(batches)])
-    ms = 1e3 * (time.perf_counter() - t0) / n
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return ms
-
-
 def host_bound(
-    asleep: tuple[float, bool], awake_ms: float, gpu_ms: float | None, syncs: float
+    asleep: tuple[float, bool], issue_ms: float, gpu_ms: float | None, syncs: float
 ) -> tuple[float, bool, str]:
-    """(host ms, clean, which clock): the smaller of the two upper bounds on the host's work per step,
-    ``asleep`` = :func:`host_ms_per_step`'s (ms, clean) and ``awake_ms`` = :func:`issue_ms_per_step`'s.
-    The awake clock holds no wait (``clean``) when the step has no sync and the host is slower than the GPU
-    (``awake_ms >= gpu_ms``): a GPU that drains the queue faster than the host fills it never makes a launch
+    """(host ms, clean, which clock): the smaller of two upper bounds on the host's work per step,
+    ``asleep`` = :func:`host_ms_per_step`'s (ms, clean) and ``issue_ms`` = the timed loop's issue clock per
+    step (``StepTiming.issue_ms``: the host's clock until the loop's last step call returned). The issue
+    clock holds no wait (``clean``) when the step has no sync and the host is slower than the GPU
+    (``issue_ms >= gpu_ms``): a GPU that drains the queue faster than the host fills it never makes a launch
     wait. Ties and NaNs go to the asleep clock."""
     asleep_ms, asleep_clean = asleep
-    if not awake_ms < asleep_ms:
+    if not issue_ms < asleep_ms:
         return asleep_ms, asleep_clean, "asleep"
-    gpu_faster = gpu_ms is not None and math.isfinite(gpu_ms) and awake_ms >= gpu_ms
-    return awake_ms, syncs == 0 and gpu_faster, "awake"
+    gpu_faster = gpu_ms is not None and math.isfinite(gpu_ms) and issue_ms >= gpu_ms
+    return issue_ms, syncs == 0 and gpu_faster, "issue"
 
 
 def hidden_step(step: Callable, batch: Batch, device: torch.device, wall_ms: float) -> tuple[float, float]:

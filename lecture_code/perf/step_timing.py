@@ -23,6 +23,7 @@ peak. Same code on CPU and GPU (where ``torch.cuda.max_memory_allocated`` would 
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import tempfile
 import time
@@ -51,6 +52,14 @@ class StepTiming:
     steps: int
     repeats: int
     samples_ms: tuple[float, ...] = field(default=())  # wall time / steps of every repeat, in run order
+    # the host's clock / steps of every repeat, stopped when the last step call returned (the wait for the GPU
+    # to finish not counted): the host's work plus any wait inside the loop, never more than the wall time
+    issue_samples_ms: tuple[float, ...] = field(default=())
+
+    @property
+    def issue_ms(self) -> float:
+        """The median of ``issue_samples_ms`` (NaN if there are none)."""
+        return statistics.median(self.issue_samples_ms) if self.issue_samples_ms else math.nan
 
     @property
     def ms_min(self) -> float:
@@ -150,11 +159,17 @@ class _Loop:
 
     def timed(self, n: int) -> float:
         """Seconds for ``n`` steps, from an idle device to an idle device."""
+        return self.timed_and_issued(n)[0]
+
+    def timed_and_issued(self, n: int) -> tuple[float, float]:
+        """(seconds for ``n`` steps from an idle device to an idle device, seconds until the host had issued
+        them: the clock read when the last step call returned, before waiting for the device)."""
         _sync(self.device)
         t0 = time.perf_counter()
         self.run(n)
+        issued = time.perf_counter() - t0
         _sync(self.device)
-        return time.perf_counter() - t0
+        return time.perf_counter() - t0, issued
 
 
 def time_interleaved(
@@ -168,7 +183,8 @@ def time_interleaved(
     """Time every variant, repeats interleaved (A B C A B C ...); one :class:`StepTiming` each, in order.
 
     Per variant: one first step (timed alone: ``first_step_s``), ``warmup`` untimed steps, then ``repeats``
-    timed repeats of ``steps`` steps, then one step under the memory profiler (``peak_step_mib``).
+    timed repeats of ``steps`` steps (each with its wall time and its issue time, ``issue_samples_ms``), then
+    one step under the memory profiler (``peak_step_mib``).
     """
     if not variants:
         raise ValueError("time_interleaved needs at least one variant")
@@ -180,15 +196,19 @@ def time_interleaved(
         first.append(loop.timed(1))
         loop.run(warmup)
     samples: list[list[float]] = [[] for _ in loops]
+    issued: list[list[float]] = [[] for _ in loops]
     for _ in range(repeats):
-        for loop, times in zip(loops, samples, strict=True):
-            times.append(1e3 * loop.timed(steps) / steps)
+        for loop, times, issue in zip(loops, samples, issued, strict=True):
+            wall_s, issue_s = loop.timed_and_issued(steps)
+            times.append(1e3 * wall_s / steps)
+            issue.append(1e3 * issue_s / steps)
     results = []
-    for loop, first_s, times in zip(loops, first, samples, strict=True):
+    for loop, first_s, times, issue in zip(loops, first, samples, issued, strict=True):
         peak = peak_step_bytes(lambda loop=loop: loop.run(1), device)
         median = statistics.median(times)
+        label = loop.variant.label
         results.append(
-            StepTiming(loop.variant.label, median, peak / 2**20, first_s, steps, repeats, tuple(times))
+            StepTiming(label, median, peak / 2**20, first_s, steps, repeats, tuple(times), tuple(issue))
         )
     return results
 

@@ -87,6 +87,10 @@ def test_time_interleaved_alternates_repeats_and_keeps_each_one():
             sorted(timing.samples_ms)[1] / 2 + sorted(timing.samples_ms)[2] / 2
         )
     assert b.ms_min >= 4.0 > a.ms_min  # B sleeps 4 ms a step: its every repeat shows it, A's does not
+    for timing in (a, b):  # the issue clock stops before the loop's final wait: never above the wall clock
+        assert len(timing.issue_samples_ms) == 4
+        assert all(i <= w for i, w in zip(timing.issue_samples_ms, timing.samples_ms, strict=True))
+    assert b.issue_ms >= 4.0 > a.issue_ms
     assert [t.label for t in (a, b)] == ["A", "B"]
 
 
@@ -106,3 +110,13 @@ def test_time_train_steps_rejects_bad_counts(kwargs):
         time_train_steps(lambda b: torch.zeros(()), [], CPU)
     with pytest.raises(ValueError, match="at least one variant"):
         time_interleaved([], CPU)
+
+
+@pytest.mark.gpu
+def test_issue_clock_stops_before_the_gpu_finishes():
+    cuda = torch.device("cuda")
+    big = torch.ones(2**28, device=cuda)  # 1 GiB: each sum reads it in ≥ 0.2 ms at ≤ 5 TB/s; issuing takes µs
+    (t,) = time_interleaved(
+        [Variant("sum", lambda b: big.sum(), [None])], cuda, steps=50, warmup=2, repeats=3
+    )
+    assert t.ms_per_step > 0.2 and t.issue_ms < 0.5 * t.ms_per_step  # the host ran ahead of the GPU
