@@ -97,6 +97,12 @@ def _isolated(names: list[str], args, device: torch.device, start: float) -> lis
     return rows
 
 
+def results_folder(batch: int, quick: bool) -> str:
+    """``dlrm_step`` for the goals' batch (2048) and the CPU's quick run, ``dlrm_step_batch<N>`` for any other
+    batch: notebook 05 and RESULTS.md read the newest CSV of a folder as that batch's table."""
+    return "dlrm_step" if quick or batch == 2048 else f"dlrm_step_batch{batch}"
+
+
 def main(argv=None) -> list[dict]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="CPU-sized run (the default on a CPU)")
@@ -136,7 +142,7 @@ def main(argv=None) -> list[dict]:
         return rows
     meta = bu.stamp(device)
     bu.print_table(rows, COLUMNS)
-    csv_path = bu.save(rows, "dlrm_step", "dlrm_step", meta, root=args.results_dir)
+    csv_path = bu.save(rows, results_folder(batch, quick), "dlrm_step", meta, root=args.results_dir)
     png_path = csv_path.with_suffix(".png")
     title = f"DLRM step, {preset} preset, batch {batch}\n{meta['device']} · torch {meta['torch']}"
     plot([r for r in rows if not r["error"]], png_path, f"{title} · {meta['date'][:10]}")

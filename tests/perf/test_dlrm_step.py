@@ -94,6 +94,11 @@ def test_graph_versions_train_like_eager_on_a_gpu():
             torch.testing.assert_close(u, r, atol=1e-5, rtol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
 
 
+def test_other_batches_are_saved_in_a_folder_of_their_own():
+    folders = [bench_dlrm_step.results_folder(b, q) for b, q in [(2048, False), (16, True), (8192, False)]]
+    assert folders == ["dlrm_step", "dlrm_step", "dlrm_step_batch8192"]
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the --quick CPU path; the GPU runs the full benchmark")
 def test_quick_benchmark_runs_on_a_cpu(tmp_path, capsys):
     rows = bench_dlrm_step.main(["--quick", "--results-dir", str(tmp_path)])

@@ -4,7 +4,7 @@ Reads ``benchmarks/bench_dlrm_step.py``'s CSV (one row per implementation and id
 with ``ms_min``/``ms_max`` over repeated runs, ``gpu_ms`` and ``host_ms`` of one step measured apart,
 ``peak_mib``, and ``error`` for an implementation that failed or was skipped). Ours are the ``fused*``
 implementations; for a goal the best of them at torch's default fp32 precision counts (every baseline runs
-there), and the worse of the two id distributions (issue 9 asks for both); a TF32 row (its name says
+there), and the worse of the two id distributions (the goals hold for both); a TF32 row (its name says
 ``TF32``) is reported beside it, never in its place. The goals are about the Kaggle preset at batch 2048: a
 file of another size says so.
 """
@@ -19,11 +19,11 @@ from lecture_code.results.sources import ResultFile
 
 __all__ = ["BASELINES", "EAGER", "TWO_TRICKS", "build", "is_ours"]
 
-EAGER = "eager, sparse grads"  # issue 9's "eager step" (4.60 ms there; 13 × 0.35 ms ≈ 4.6 ms)
-TWO_TRICKS = "packed + index_add_, CUDA graph"  # issue 9's "two-tricks version" (0.71 ms there)
+EAGER = "eager, sparse grads"  # the goals' "eager step"
+TWO_TRICKS = "packed + index_add_, CUDA graph"  # the goals' "two-tricks version"
 BASELINES = (EAGER, "eager, dense grads", "compile, dense grads", "packed + index_add_", TWO_TRICKS)
-GOAL_SIZE = ("kaggle", 2048)  # the preset and batch every goal of issue 9 is about
-GOAL_IDS = ("uniform", "zipf")  # issue 9: every goal holds for both id distributions
+GOAL_SIZE = ("kaggle", 2048)  # the preset and batch every goal of RESULTS.md's step is about
+GOAL_IDS = ("uniform", "zipf")  # every goal holds for both id distributions
 
 
 def is_ours(implementation: str) -> bool:
@@ -122,7 +122,7 @@ def build(result: ResultFile) -> Section:
 
 
 def _goal_checks(at, ms, dists, best_ours, preset, batch) -> list[GoalCheck]:
-    """Each goal of issue 9 against the worse id distribution; another preset or batch: not measured."""
+    """Each goal against the worse id distribution; another preset or batch: not measured."""
     checks = []
     for goal in goals_for("dlrm_step"):
         if (preset, batch) != GOAL_SIZE:

@@ -9,7 +9,7 @@ from lecture_code.results.sources import ResultFile
 BASE = "base (frozen linear)"
 OURS = ("v1", "v2", "v3")  # the Triton rungs of kernels.lora.linear's ladder (v0 is its plain-PyTorch rung)
 BASELINES = ("eager", "torch.compile", "peft", "unsloth-style", "v0")
-PUBLIC_KERNELS = ("NeMo's fused Triton LoRA",)  # named by issue 10; a CSV without it says so
+PUBLIC_KERNELS = ("NeMo's fused Triton LoRA",)  # the public kernel the goals name; a CSV without it says so
 
 
 def build(result: ResultFile) -> Section:
