@@ -5,7 +5,9 @@
 Each notebook runs in ``notebooks/`` (as JupyterLab and nbval run it) with the ``python3`` kernel of the
 interpreter running this script; outputs are replaced, metadata normalised (``normalize_metadata.py``), and
 the file is written only after every cell succeeded, so a failed run leaves the committed file untouched.
-Prints the wall time per notebook. Needs nbclient + ipykernel only (no nbconvert, no JupyterLab).
+Consecutive stream outputs are merged and carriage returns applied, as a notebook front end shows them
+(nbconvert's ``CoalesceStreamsPreprocessor``): a progress bar is stored as its last state, not as one output
+per update. Prints the wall time per notebook. Needs nbclient, ipykernel and nbconvert (no JupyterLab).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
+from nbconvert.preprocessors import CoalesceStreamsPreprocessor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from normalize_metadata import dumps, normalized  # noqa: E402  (the script beside this one)
@@ -30,6 +33,7 @@ def execute(path: Path, timeout: int) -> float:
         nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
     ).execute()
     seconds = time.perf_counter() - start
+    nb, _ = CoalesceStreamsPreprocessor().preprocess(nb, {})
     path.write_text(dumps(normalized(json.loads(nbformat.writes(nb)))), encoding="utf-8")
     return seconds
 

@@ -36,6 +36,7 @@ import warnings
 from dataclasses import dataclass, field
 
 import torch
+from tqdm import tqdm
 
 from kernels import runtime
 from lecture_code import data as criteo
@@ -80,6 +81,7 @@ class AdaptationConfig:
     warmup_steps: int = 3
     seed: int = 0
     matmul_precision: str = "high"  # GPU only: TF32 for fp32 matmuls, for both backends (module docstring)
+    progress: bool = True  # a progress bar per training loop on stderr (a CPU run takes tens of seconds)
 
     @classmethod
     def for_device(cls, device: torch.device, **overrides) -> AdaptationConfig:
@@ -152,9 +154,10 @@ def _sync(device: torch.device) -> None:
 
 
 def _train(
-    model, data: criteo.CriteoTensors, steps: int, batch_size: int, lr: float, seed: int
+    model, data: criteo.CriteoTensors, steps: int, batch_size: int, lr: float, seed: int, progress: str = ""
 ) -> list[float]:
-    """``steps`` Adam steps on the trainable parameters over seeded epochs of ``data``; seconds per step."""
+    """``steps`` Adam steps on the trainable parameters over seeded epochs of ``data``; seconds per step.
+    ``progress``: a label for a progress bar on stderr, cleared when done ("" for none)."""
     params = [p for p in model.parameters() if p.requires_grad]
     step = make_train_step(model, torch.optim.Adam(params, lr=lr), compile_model=False)
     per_epoch = criteo.num_batches(len(data), batch_size)
@@ -162,7 +165,7 @@ def _train(
         raise ValueError(f"batch size {batch_size} is larger than the {len(data)} rows to train on")
     device = data.label.device
     seconds = []
-    for k in range(steps):
+    for k in tqdm(range(steps), desc=progress, unit="step", leave=False, disable=not progress):
         epoch, start = divmod(k, per_epoch)
         batch = next(criteo.iter_batches(data, batch_size, seed=seed, epoch=epoch, start_batch=start))
         _sync(device)
@@ -173,10 +176,14 @@ def _train(
     return seconds
 
 
+def _bar(cfg: AdaptationConfig, label: str) -> str:
+    return label if cfg.progress else ""
+
+
 def pretrain(model: torch.nn.Module, data: criteo.CriteoTensors, cfg: AdaptationConfig) -> torch.nn.Module:
     """Train every parameter of ``model`` on ``data`` for ``cfg.pretrain_steps`` steps (day 0)."""
     torch.manual_seed(cfg.seed)
-    _train(model, data, cfg.pretrain_steps, cfg.batch_size, cfg.pretrain_lr, cfg.seed)
+    _train(model, data, cfg.pretrain_steps, cfg.batch_size, cfg.pretrain_lr, cfg.seed, _bar(cfg, "pretrain"))
     return model
 
 
@@ -191,8 +198,9 @@ def adapt(pretrained: torch.nn.Module, data: criteo.CriteoTensors, cfg: Adaptati
     ):  # lora_linear names its general path once per reason: fused_paths lists it
         warnings.filterwarnings("ignore", message="lora_linear: general path", category=RuntimeWarning)
         seconds = _train(
-            model, data, cfg.finetune_steps, cfg.finetune_batch_size, cfg.finetune_lr, cfg.seed + 1
-        )
+            model, data, cfg.finetune_steps, cfg.finetune_batch_size, cfg.finetune_lr, cfg.seed + 1,
+            _bar(cfg, f"adapt ({backend})"),
+        )  # fmt: skip
     return model, seconds
 
 

@@ -63,6 +63,18 @@ def test_fused_and_eager_train_the_same_adapters(setting):
         torch.testing.assert_close(f.lora_b, e.lora_b, atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("progress", [True, False])
+def test_a_training_loop_shows_its_progress_on_stderr_when_asked(setting, capsys, progress):
+    model, day_train, _ = setting
+    adapt(
+        model,
+        day_train,
+        AdaptationConfig(finetune_steps=2, finetune_batch_size=64, progress=progress),
+        "eager",
+    )
+    assert ("adapt (eager)" in capsys.readouterr().err) is progress
+
+
 def test_fused_paths_name_the_general_path_for_odd_widths(setting):
     model, day_train, _ = setting
     adapted, _ = adapt(model, day_train, AdaptationConfig(finetune_steps=0), "eager")
