@@ -20,7 +20,7 @@ from lecture_code.export.netron import CHROMIUM_FLAGS, find_chromium
 __all__ = ["DeckCheck", "check_deck", "chromium_or_reason", "print_pdf"]
 
 SLIDE_W, SLIDE_H = 1280, 720
-MIN_TEXT_PX = 18  # 13.5 pt: captions and sources; body text is 24 px (deck.css)
+MIN_TEXT_PX = 20  # 15 pt: captions and sources; body text and tables are 24 px (deck.css)
 MIN_CODE_PX = 14  # a long definition shrinks to fit its slide, down to this
 
 

@@ -149,15 +149,20 @@ def _code(ctx: Context, args: list[str]) -> str:
     )
 
 
-def _stamp_caption(stamp: dict, command: str | None) -> str:
+def _stamp_caption(stamp: dict) -> str:
+    """The device and the date that made a picture or a result: what a reader in the room needs. The file
+    and the command behind it are the HTML's hover text (``title``) and the "Reproduce it" slide's."""
     parts = [stamp.get("device"), str(stamp.get("date", ""))[:10] or None]
-    text = " · ".join(html.escape(str(p)) for p in parts if p)
-    if command:
-        text += f" · <code>{html.escape(command)}</code>"
-    return text
+    return " · ".join(html.escape(str(p)) for p in parts if p)
 
 
-def _picture(ctx: Context, path: str, caption: str) -> str:
+def _provenance(path: str, command: str | None = None) -> str:
+    """A ``title`` attribute naming the file (and the command that made it): shown on hover, not printed."""
+    text = path + (f" ({command})" if command else "")
+    return f' title="{html.escape(text)}"'
+
+
+def _picture(ctx: Context, path: str, caption: str, title: str = "") -> str:
     """The picture as large as the slide allows: its caption under a wide one, beside a tall one."""
     from PIL import Image
 
@@ -167,7 +172,7 @@ def _picture(ctx: Context, path: str, caption: str) -> str:
     beside = min(beside_w / aspect, beside_h) > min(under_w / aspect, under_h)
     img = f'<img src="{ctx.image(path)}" alt="{html.escape(path)}">'
     kind = "picture beside" if beside else "picture"
-    return f'<figure class="{kind}">{img}<figcaption>{caption}</figcaption></figure>'
+    return f'<figure class="{kind}"{title}>{img}<figcaption>{caption}</figcaption></figure>'
 
 
 def _figure(ctx: Context, args: list[str]) -> str:
@@ -179,11 +184,10 @@ def _figure(ctx: Context, args: list[str]) -> str:
         raise FileNotFoundError(f"a slide shows {pattern}, which does not exist under {ctx.root}")
     path = matches[-1]
     sidecar = (ctx.root / path).with_suffix(".json")
-    caption = f"<code>{html.escape(path)}</code>"
-    if sidecar.exists():
-        meta = json.loads(sidecar.read_text(encoding="utf-8"))
-        caption += " · " + _stamp_caption(meta, meta.get("command"))
-    return _picture(ctx, path, caption)
+    if not sidecar.exists():  # no stamp to show: the file's name is the only provenance there is
+        return _picture(ctx, path, f"<code>{html.escape(path)}</code>")
+    meta = json.loads(sidecar.read_text(encoding="utf-8"))
+    return _picture(ctx, path, _stamp_caption(meta), _provenance(path, meta.get("command")))
 
 
 def _results(ctx: Context, args: list[str]) -> str:
@@ -204,9 +208,8 @@ def _results(ctx: Context, args: list[str]) -> str:
         )
     # one device per slide: a GPU's result when there is one (the lecture is about GPU speed)
     section = next((s for s in measured if not s.result.device.startswith("CPU")), measured[0])
-    file = html.escape(section.result.path.as_posix())
-    where = f"{_stamp_caption(section.result.stamp, None)} · <code>{file}</code>"
-    source = f'<p class="source">{where}</p>'
+    title = _provenance(section.result.path.as_posix())
+    source = f'<p class="source"{title}>{_stamp_caption(section.result.stamp)}</p>'
     if part.startswith("table"):
         index = int(part.partition("=")[2] or 0)
         table = slide_table(section.tables[index], opts.get("columns"), opts.get("rows"))
@@ -220,7 +223,7 @@ def _results(ctx: Context, args: list[str]) -> str:
                 f"no plot was saved with <code>{html.escape(section.result.path.as_posix())}</code>"
             )
         path = section.result.plot.as_posix()
-        return _picture(ctx, path, where)
+        return _picture(ctx, path, _stamp_caption(section.result.stamp), _provenance(path))
     raise ValueError(
         f"::: results {workload} {part}: the part is table[=N] [columns=…] [rows=…], goals or plot"
     )
@@ -233,8 +236,8 @@ def _sidecar(ctx: Context, args: list[str]) -> str:
     for headline, sidecar, _ in screenshot_headlines(ctx.root / "perf_screenshots"):
         if headline.what == EXPERIMENTS[name]:
             items = "".join(f"<li>{_inline(part)}</li>" for part in headline.number.split("; "))
-            source = _stamp_caption(sidecar, sidecar.get("command"))
-            return f'<ul class="measured">{items}</ul><p class="source">{source}</p>'
+            title = _provenance(f"perf_screenshots/{name}.json", sidecar.get("command"))
+            return f'<ul class="measured">{items}</ul><p class="source"{title}>{_stamp_caption(sidecar)}</p>'
     return _pending(f"no <code>perf_screenshots/{html.escape(name)}.json</code> yet")
 
 
