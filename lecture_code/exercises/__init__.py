@@ -1,12 +1,12 @@
-"""The exercises at the end of notebooks 04–07: a checker per exercise, the shared checking, the solutions.
+"""The exercises at the end of notebooks 04–08: a checker per exercise, the shared checking, the solutions.
 
 - :mod:`.checker`: compare an answer with the reference and name what is wrong (shape, dtype, NaN, the first
   wrong element); :class:`~.checker.Report`, one line per case.
 - :mod:`.guards`: buffers with a guard region, to catch reads and writes past a tensor's end (a missing mask).
 - Notebook 04: :mod:`.bias_gelu` (``check_bias_gelu``: bias + GELU in Triton, the tail masked).
 - Notebook 05: :mod:`.sgd_rows` (``check_sgd_rows``: exact SGD on the touched rows, repeated ids summed).
-- The GEMM notebook: :mod:`.linear_relu` (``check_linear_relu``: bias + ReLU in a GEMM's epilogue; the
-  learner's skeleton in :mod:`.skeletons`).
+- Notebook 06 (the GEMM notebook): :mod:`.linear_relu` (``check_linear_relu``: bias + ReLU in a GEMM's
+  epilogue; the learner's skeleton in :mod:`.skeletons`).
 - Notebook 07: :mod:`.lora_linear` (``check_lora_linear``: the whole hand-written backward) and
   :mod:`.lora_da` (``check_lora_da``: dA alone).
 - Notebook 08: :mod:`.multi_lora_expand` (``check_multi_lora_expand``: the multi-LoRA expand, rows with
