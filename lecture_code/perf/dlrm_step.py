@@ -260,16 +260,13 @@ class StepMeasurement(StepResult):
     writes. (A subclass, so code that builds a ``StepResult`` from every one of its fields keeps reading
     CSVs written before these columns existed.)"""
 
-    syncs_per_step: float = (
-        math.nan
-    )  # calls in one step that made the host wait for the GPU (step_host_time.sync_sites)
+    # calls in one step that made the host wait for the GPU (step_host_time.sync_sites)
+    syncs_per_step: float = math.nan
     host_clean: bool | None = None  # True: host_ms's clock can hold no wait for the GPU (host_bound)
-    host_timer: str = (
-        ""  # host_ms's clock: "asleep" (host_ms_per_step) or "issue" (the timed loop's, issue_ms)
-    )
-    sync_sites: str = (
-        ""  # the lines of one step that made the host wait, "; "-separated (step_host_time.sync_sites)
-    )
+    # host_ms's clock: "asleep" (host_ms_per_step) or "issue" (the timed loop's, StepTiming.issue_ms)
+    host_timer: str = ""
+    # the lines of one step that made the host wait, "; "-separated (step_host_time.sync_sites)
+    sync_sites: str = ""
 
 
 def load_results(records: Sequence[dict]) -> list[StepMeasurement]:

@@ -32,6 +32,7 @@ __all__ = [
     "hidden_step",
     "host_bound",
     "host_ms_per_step",
+    "sync_sites",
 ]
 
 
