@@ -8,7 +8,10 @@ linear on the same inputs − 1; ``fwd`` is the forward alone, ``fwd+bwd`` adds 
 - ``torch.compile``: the same function compiled (default mode);
 - ``peft``: ``peft``'s LoRA ``Linear`` layer (dropout 0), where peft is importable;
 - ``unsloth-style``: ``kernels.reference.lora_linear_unsloth_order`` (``out.addmm_``, hand-written backward);
-- ``v0`` … ``v3``: the ladder of ``kernels.lora.linear.lora_linear`` (see that module).
+- ``v0`` … ``v3``: the ladder of ``kernels.lora.linear.lora_linear`` (see that module);
+- ``ours, reduce-overhead`` (GPU, with ``torch.compile``): ``lora_linear`` (its default version) compiled
+  with ``fullgraph=True, mode="reduce-overhead"``: the custom op inside inductor's CUDA graphs, forward and
+  backward, as a model compiled that way runs it (the 16- and 512-row shapes are host-bound without a graph).
 
 Columns: median device time (``lecture_code.bench.median_ms``: CUDA events, L2 flushed, host hidden), the
 overhead, the peak memory the call allocates beyond its inputs (MB), the host µs per call
@@ -41,11 +44,17 @@ from kernels import reference, runtime
 from kernels.lora.linear import lora_linear
 from lecture_code import bench as bu
 
-SHAPES = [(8192, 4096, 4096, 16), (8192, 4096, 4096, 64), (16384, 4096, 14336, 16), (512, 4096, 4096, 16)]
+SHAPES = [
+    (8192, 4096, 4096, 16), (8192, 4096, 4096, 64), (16384, 4096, 14336, 16), (512, 4096, 4096, 16),
+    (16, 4096, 4096, 16),
+]  # fmt: skip
 QUICK_SHAPES = [(64, 64, 64, 16)]
-GRAPH_SHAPES = [(512, 4096, 4096, 16)]  # host-bound without a graph: the graph rows say what a graph leaves
+GRAPH_SHAPES = [(512, 4096, 4096, 16), (16, 4096, 4096, 16)]  # host-bound without a graph
 GRAPH = " (graph)"  # suffix of the graphed providers' names
 VERSIONS = ("v0", "v1", "v2", "v3")
+REDUCE_OVERHEAD = "ours, reduce-overhead"  # lora_linear under torch.compile(mode="reduce-overhead")
+OURS = (*VERSIONS, REDUCE_OVERHEAD)  # what the verdicts count as ours
+COMPILED = ("torch.compile", REDUCE_OVERHEAD)  # compiled providers: never captured in a graph by hand
 ALPHA = 32.0
 
 
@@ -82,7 +91,22 @@ def providers(w, a, b, r, compile_: bool) -> dict:
         out["peft"].adapter = [p for p in peft.parameters() if p.requires_grad]
     for v in VERSIONS:
         out[v] = lambda x, a, b, v=v: lora_linear(x, w, a, b, s, version=v)
+    if compile_ and w.is_cuda:
+        out[REDUCE_OVERHEAD] = _reduce_overhead(lambda x, a, b: lora_linear(x, w, a, b, s))
     return out
+
+
+def _reduce_overhead(fn):
+    """``fn`` compiled with ``fullgraph=True, mode="reduce-overhead"``; each call first tells the CUDA-graph
+    trees a new step begins (``torch.compiler.cudagraph_mark_step_begin``), as a training loop would, so a
+    replay may reuse the last call's output memory."""
+    graphed = bu.compiled(fn, fullgraph=True, mode="reduce-overhead")
+
+    def call(x, a, b):
+        torch.compiler.cudagraph_mark_step_begin()
+        return graphed(x, a, b)
+
+    return call
 
 
 def _peak_mb(fn, device) -> float | None:
@@ -103,9 +127,9 @@ def _graph_rows(timed: list[tuple[str, str, object]], shape: str, device) -> tup
         return [], [f"{shape}: CUDA-graph rows: CUDA graphs need a GPU"]
     rows, skipped, base = [], [], {}
     for pass_, name, fn in timed:
-        if name == "torch.compile":
-            why = "not captured (torch.compile has its own: mode='reduce-overhead')"
-            skipped.append(f"{shape} {pass_}: torch.compile{GRAPH}: {why}")
+        if name in COMPILED:
+            why = "not captured by hand (torch.compile has its own graphs: mode='reduce-overhead')"
+            skipped.append(f"{shape} {pass_}: {name}{GRAPH}: {why}")
             continue
         try:
             replay = bu.graphed(fn, device)
@@ -173,8 +197,13 @@ def run_shape(M, K, N, r, dtype, device, compile_: bool, graphs: bool = False) -
     return rows + graph_rows, skipped
 
 
+def _graphed(provider: str) -> bool:
+    """A row replayed from CUDA graphs: captured by hand (``… (graph)``) or by inductor (reduce-overhead)."""
+    return provider.endswith(GRAPH) or provider == REDUCE_OVERHEAD
+
+
 def _best(rows: list[dict], names, column: str, graph: bool) -> tuple[str, float] | None:
-    sel = [r for r in rows if r["provider"].endswith(GRAPH) == graph]
+    sel = [r for r in rows if _graphed(r["provider"]) == graph]
     got = [(r["provider"].removesuffix(GRAPH), bu.csv_number(r.get(column))) for r in sel]
     got = [(n, v) for n, v in got if n in names and v is not None]
     return min(got, key=lambda nv: nv[1]) if got else None
@@ -183,20 +212,21 @@ def _best(rows: list[dict], names, column: str, graph: bool) -> tuple[str, float
 def verdicts(rows: list[dict]) -> list[dict]:
     """Per (shape, pass): the ladder's best version against the best other provider (eager, torch.compile,
     peft, unsloth-style), three ways: by device time (overhead %), by wall µs per call in a loop without
-    graphs, and by wall µs per call among the CUDA-graph rows. "not measured" where a row or column is
+    graphs, and by wall µs per call among the CUDA-graph rows (captured by hand, or by inductor: ours,
+    reduce-overhead). "not measured" where a row or column is
     missing (an older CSV, a shape without graph rows)."""
     out = []
     for shape, pass_ in dict.fromkeys((r["shape"], r["pass"]) for r in rows):
         sel = [r for r in rows if (r["shape"], r["pass"]) == (shape, pass_)]
         names = {r["provider"].removesuffix(GRAPH) for r in sel} - {"base (frozen linear)"}
-        others = names - set(VERSIONS)
+        others = names - set(OURS)
         line = {"shape": shape, "pass": pass_}
         for label, column, graph, unit in (
             ("device", "overhead %", False, "%"),
             ("wall/call", "wall us", False, " µs"),
             ("graph wall/call", "wall us", True, " µs"),
         ):
-            ours, rival = _best(sel, VERSIONS, column, graph), _best(sel, others, column, graph)
+            ours, rival = _best(sel, OURS, column, graph), _best(sel, others, column, graph)
             if ours is None or rival is None:
                 line[f"{label}: ladder"] = line[f"{label}: others"] = ""
                 line[label] = "not measured"

@@ -160,11 +160,12 @@ def copy_gbps(numel: int, dtype: torch.dtype, device: torch.device) -> float:
     return 2 * numel * x.element_size() / (ms * 1e6)
 
 
-def compiled(fn: Callable) -> Callable:
+def compiled(fn: Callable, **options) -> Callable:
     """A fresh ``torch.compile`` of ``fn`` specialised to the next shapes it sees (dynamo cache reset, so a
-    long sweep never hits the recompile limit and silently falls back to eager)."""
+    long sweep never hits the recompile limit and silently falls back to eager); ``options`` go to
+    ``torch.compile`` (``mode=``, ``fullgraph=``)."""
     torch.compiler.reset()
-    return torch.compile(fn, dynamic=False)
+    return torch.compile(fn, dynamic=False, **options)
 
 
 def stamp(device: torch.device) -> dict[str, str]:

@@ -67,6 +67,23 @@ def test_verdicts_by_device_time_wall_time_and_among_graphs():
     assert fwd_bwd["wall/call"] == "not measured" and fwd_bwd["graph wall/call"] == "not measured"
 
 
+def test_reduce_overhead_is_ours_and_is_judged_among_the_graphs():
+    rows = [*ROWS, _row("fwd", bench_lora.REDUCE_OVERHEAD, 30.0, 40.0)]
+    fwd, _ = bench_lora.verdicts(rows)
+    assert fwd["wall/call: ladder"] == "v3 120.0 µs"  # a compiled graph is not set against eager loops
+    assert fwd["graph wall/call: ladder"] == f"{bench_lora.REDUCE_OVERHEAD} 40.0 µs"
+    assert fwd["graph wall/call"] == "ladder wins"
+
+
+@pytest.mark.gpu
+def test_reduce_overhead_runs_our_op_in_inductor_graphs_forward_and_backward():
+    cuda = torch.device("cuda")
+    rows, skipped = bench_lora.run_shape(64, 64, 64, 16, torch.bfloat16, cuda, True, graphs=True)
+    ours = {r["pass"]: r for r in rows if r["provider"] == bench_lora.REDUCE_OVERHEAD}
+    assert set(ours) == {"fwd", "fwd+bwd"} and all(r["ms"] > 0 and r["wall us"] > 0 for r in ours.values())
+    assert any(f"{bench_lora.REDUCE_OVERHEAD}{bench_lora.GRAPH}: not captured by hand" in s for s in skipped)
+
+
 def test_a_ladder_that_loses_is_named_so():
     rows = [_row("fwd", "eager", 10.0, 50.0), _row("fwd", "v1", 12.0, 40.0)]
     (line,) = bench_lora.verdicts(rows)
