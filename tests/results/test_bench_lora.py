@@ -84,6 +84,17 @@ def test_reduce_overhead_runs_our_op_in_inductor_graphs_forward_and_backward():
     assert any(f"{bench_lora.REDUCE_OVERHEAD}{bench_lora.GRAPH}: not captured by hand" in s for s in skipped)
 
 
+def test_a_compiled_provider_that_fails_is_skipped_with_its_reason(monkeypatch):
+    def broken(x, a, b):
+        raise RuntimeError("inductor said no\nmore")
+
+    real = bench_lora.providers
+    monkeypatch.setattr(bench_lora, "providers", lambda *a: {**real(*a), "torch.compile": broken})
+    rows, why = bench_lora.run_shape(8, 16, 16, 4, torch.float32, torch.device("cpu"), False)
+    assert "torch.compile" not in {r["provider"] for r in rows} and "v0" in {r["provider"] for r in rows}
+    assert why == ["8x16x16 r4: torch.compile: RuntimeError: inductor said no"]
+
+
 def test_a_ladder_that_loses_is_named_so():
     rows = [_row("fwd", "eager", 10.0, 50.0), _row("fwd", "v1", 12.0, 40.0)]
     (line,) = bench_lora.verdicts(rows)
