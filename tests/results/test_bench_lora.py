@@ -128,3 +128,18 @@ def test_graph_rows_replay_the_checked_calls():
         for name in ("base (frozen linear)", "eager", "unsloth-style", *bench_lora.VERSIONS):
             assert (pass_, name + bench_lora.GRAPH) in graphed, skipped
     assert all(r["wall us"] > 0 and r["ms"] > 0 for r in rows)
+
+
+def test_the_wall_time_goals_set_ours_at_its_best_against_the_unsloth_style_loop():
+    from lecture_code.results.goals import goals_for
+    from lecture_code.results.workloads import lora
+
+    goal = next(g for g in goals_for("lora") if g.key == "512x4096x4096 r16 fwd+bwd wall")
+    walls = [("unsloth-style", 330.0), ("v1", 745.0), ("v3", 1118.0), (bench_lora.REDUCE_OVERHEAD, 300.0)]
+    rows = [{**_row("fwd+bwd", p, 0.0, w), "wall us": str(w)} for p, w in walls]  # as a CSV reads back
+    check = lora._wall_goal(goal, rows)
+    assert check.value == pytest.approx(300.0 / 330.0) and goal.met(check.value)
+    assert check.reached.startswith(f"0.909× ({bench_lora.REDUCE_OVERHEAD} 300 µs, unsloth-style 330 µs)")
+    without = lora._wall_goal(goal, [r for r in rows if r["provider"] != bench_lora.REDUCE_OVERHEAD])
+    assert without.value == pytest.approx(745.0 / 330.0) and not goal.met(without.value)
+    assert lora._wall_goal(goal, rows[1:]).reached == "not measured"  # no unsloth-style row
