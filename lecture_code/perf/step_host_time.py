@@ -10,7 +10,7 @@ launches into a queue the GPU does not drain were measured to cost more), and th
 host's clock until its last step call returned (``StepTiming.issue_ms`` in :mod:`.step_timing`: launches as in
 training, but a sync, or a full launch queue, waits; never more than the wall time). :func:`host_bound` takes
 the smaller and says whether it can hold a wait. :func:`sync_sites` names the lines of one step that make the
-host wait (:func:`count_syncs` counts them). Used by :func:`lecture_code.perf.dlrm_step.measure`.
+host wait (their count is the step's syncs). Used by :func:`lecture_code.perf.dlrm_step.measure`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from lecture_code.internals import gpu_sleep
 
 __all__ = [
     "SYNC_WARNING",
-    "count_syncs",
     "hidden_step",
     "host_bound",
     "host_ms_per_step",
@@ -65,11 +64,6 @@ def sync_sites(step: Callable, batch: Batch, device: torch.device, warmup: int =
         for w in caught
         if SYNC_WARNING in str(w.message)
     ]
-
-
-def count_syncs(step: Callable, batch: Batch, device: torch.device, warmup: int = 1) -> int:
-    """How many calls of one step make the host wait for the GPU: ``len(sync_sites(...))``. 0 on a CPU."""
-    return len(sync_sites(step, batch, device, warmup))
 
 
 def host_ms_per_step(

@@ -12,7 +12,7 @@ import torch
 
 from lecture_code.perf import step_host_time
 from lecture_code.perf.dlrm_step import StepMeasurement, StepResult, load_results
-from lecture_code.perf.step_host_time import SYNC_WARNING, count_syncs, host_ms_per_step, sync_sites
+from lecture_code.perf.step_host_time import SYNC_WARNING, host_ms_per_step, sync_sites
 
 CPU = torch.device("cpu")
 
@@ -58,7 +58,7 @@ def test_host_timer_retries_until_the_gpu_still_sleeps(monkeypatch, woke, clean,
 
 
 def test_no_syncs_counted_on_a_cpu():
-    assert count_syncs(lambda b: torch.ones(3).sum().item(), None, CPU) == 0
+    assert len(sync_sites(lambda b: torch.ones(3).sum().item(), None, CPU)) == 0
 
 
 def _fake_sync_debug_mode(monkeypatch) -> dict:
@@ -79,14 +79,14 @@ def test_syncs_counted_after_a_warm_up_step(monkeypatch):
                 warnings.warn(SYNC_WARNING, stacklevel=1)
             warnings.warn("torch.cuda.synchronize() is not needed here", stacklevel=1)  # not a sync
 
-    assert count_syncs(step, None, torch.device("cuda")) == 2
+    assert len(sync_sites(step, None, torch.device("cuda"))) == 2
     assert calls == ["default", "warn"] and state["mode"] == "default"  # the warm-up ran with the mode off
     calls.clear()
     line = step.__code__.co_firstlineno + 4  # the warnings.warn(SYNC_WARNING) line
     assert sync_sites(step, None, torch.device("cuda")) == [f"perf/test_step_host_time.py:{line}"] * 2
     calls.clear()
     # no warm-up: the first step's one-time wait is counted too
-    assert count_syncs(step, None, torch.device("cuda"), warmup=0) == 3
+    assert len(sync_sites(step, None, torch.device("cuda"), warmup=0)) == 3
 
 
 def test_sync_debug_mode_is_turned_off_when_the_step_raises(monkeypatch):
@@ -97,7 +97,7 @@ def test_sync_debug_mode_is_turned_off_when_the_step_raises(monkeypatch):
             raise RuntimeError("boom")
 
     with pytest.raises(RuntimeError, match="boom"):
-        count_syncs(step, None, torch.device("cuda"))
+        sync_sites(step, None, torch.device("cuda"))
     assert state["mode"] == "default"
 
 
@@ -110,11 +110,11 @@ def _line() -> int:
 def test_syncs_counted_and_host_timer_clean_on_a_gpu():
     cuda = torch.device("cuda")
     x = torch.ones(1000, device=cuda)
-    assert count_syncs(lambda b: x.sum().item(), None, cuda) >= 1
+    assert len(sync_sites(lambda b: x.sum().item(), None, cuda)) >= 1
     assert sync_sites(lambda b: x.sum().item(), None, cuda) == [f"perf/test_step_host_time.py:{_line() - 1}"]
-    assert count_syncs(lambda b: x.mul_(1.0), None, cuda) == 0
+    assert len(sync_sites(lambda b: x.mul_(1.0), None, cuda)) == 0
     first = []
-    assert count_syncs(lambda b: first or first.append(x.sum().item()), None, cuda) == 0  # first step only
+    assert sync_sites(lambda b: first or first.append(x.sum().item()), None, cuda) == []  # first step only
     ms, clean = host_ms_per_step(lambda b: x.mul_(1.0), [None], cuda, wall_ms=0.1)
     assert clean and ms < 1.0  # one small launch per step: host work only, well under a millisecond
     _, clean = host_ms_per_step(lambda b: x.sum().item(), [None], cuda, wall_ms=0.1, tries=2)
