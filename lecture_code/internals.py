@@ -65,6 +65,7 @@ from torch.utils._pytree import tree_leaves  # noqa: E402
 
 INDUCTOR_LOGGER = "torch._inductor"  # the logger inductor's output_code artifact is written to
 DYNAMO_LOGGER = "torch._dynamo"  # the logger dynamo warns on (graph breaks, ignored profiler records)
+AUTOTUNE_LOGGER = "torch._inductor.select_algorithm"  # where max-autotune logs each candidate it drops
 
 # The module inductor's generated Triton imports its ``@triton.jit`` helpers from
 # (``triton_helpers.maximum``), and the modules it imports ``libdevice`` from (the second in some versions).
@@ -129,6 +130,28 @@ def recompiles_logged() -> Iterator[list[str]]:
         for handler in printing:
             logger.addHandler(handler)
         torch._logging.set_logs()
+
+
+@contextmanager
+def autotune_errors_collected() -> Iterator[list[str]]:
+    """Inside the block, the warnings and errors inductor's GEMM autotuning logs go to the yielded list, not
+    to stderr: one per candidate it dropped (``Runtime error during autotuning: … out of resource: triton_mm
+    Required: 262144 Hardware limit:232448 … Ignoring this choice.``, a Triton tile that needs more shared
+    memory than the GPU has). A filter on that one logger; other loggers and lower levels are untouched."""
+    messages: list[str] = []
+
+    def collect(record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        messages.append(record.getMessage())
+        return False
+
+    logger = logging.getLogger(AUTOTUNE_LOGGER)
+    logger.addFilter(collect)
+    try:
+        yield messages
+    finally:
+        logger.removeFilter(collect)
 
 
 def dynamo_logger() -> logging.Logger:

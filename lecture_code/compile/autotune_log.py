@@ -35,13 +35,14 @@ from typing import Any
 
 from lecture_code.compile.capture import capture_compiled_code
 from lecture_code.compile.generated_code import CompiledCode
-from lecture_code.internals import fresh_inductor_cache
+from lecture_code.internals import autotune_errors_collected, fresh_inductor_cache
 
-__all__ = ["autotune_tables", "capture_autotuned"]
+__all__ = ["autotune_tables", "capture_autotuned", "dropped_candidates"]
 
 _CHOICE = re.compile(r"^\s+(\S+) (\d+(?:\.\d+)?) ms (\d+(?:\.\d+)?%)\s*(.*)$")
 _TILE = re.compile(r"BLOCK_([MNK])=(\d+)")
 _LAUNCH = re.compile(r"num_(stages|warps)=(\d+)")
+_SHARED = re.compile(r"out of resource: \w+ Required: (\d+) Hardware limit: ?(\d+)")
 
 
 def _tile(description: str) -> str:
@@ -70,6 +71,27 @@ def autotune_tables(text: str, top: int = 3) -> list[str]:
     return lines
 
 
+def dropped_candidates(errors: list[str]) -> list[str]:
+    """One line for the candidates inductor dropped while autotuning (``errors``: its log messages, one per
+    candidate): how many, and for those a Triton tile's shared memory ruled out, the range needed against the
+    GPU's limit; any other error is quoted by its first line. Empty when none was dropped."""
+    if not errors:
+        return []
+    shared = [tuple(int(v) for v in m.groups()) for e in errors if (m := _SHARED.search(e))]
+    others = [e for e in errors if not _SHARED.search(e)]
+    lines = []
+    if shared:
+        need = sorted(n for n, _ in shared)
+        lines.append(
+            f"{len(shared)} candidate(s) dropped: their tiles need {need[0] // 1024}–{need[-1] // 1024} "
+            f"KiB of shared memory, the GPU allows {shared[0][1] // 1024} KiB per program"
+        )
+    if others:
+        first = next((line.strip() for line in others[0].splitlines() if line.strip()), "")
+        lines.append(f"{len(others)} candidate(s) dropped for other errors, the first: {first}")
+    return lines
+
+
 def capture_autotuned(
     fn_or_module: Callable[..., Any],
     *example_inputs: Any,
@@ -78,11 +100,12 @@ def capture_autotuned(
 ) -> tuple[CompiledCode, list[str]]:
     """:func:`~lecture_code.compile.capture.capture_compiled_code` with ``torch.compile(mode=mode)``, and the
     autotuning tables inductor wrote to stderr meanwhile, read by :func:`autotune_tables` (empty where no GEMM
-    was autotuned, e.g. on a CPU).
+    was autotuned, e.g. on a CPU), followed by :func:`dropped_candidates`' line for the candidates it dropped
+    (logged as errors; collected here, not printed).
 
     The compile runs in a fresh inductor cache (:func:`~lecture_code.internals.fresh_inductor_cache`): in the
     machine's cache, timings or a graph from an earlier run would be reused, not benchmarked and printed."""
     stderr = io.StringIO()
-    with fresh_inductor_cache(), contextlib.redirect_stderr(stderr):
+    with fresh_inductor_cache(), contextlib.redirect_stderr(stderr), autotune_errors_collected() as errors:
         code = capture_compiled_code(fn_or_module, *example_inputs, mode=mode)
-    return code, autotune_tables(stderr.getvalue(), top)
+    return code, autotune_tables(stderr.getvalue(), top) + dropped_candidates(errors)

@@ -12,6 +12,7 @@ The exercise modules (``bias_gelu``, ``lora_da``, …) build on these.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -63,7 +64,11 @@ def compare(
 
 @dataclass
 class Report:
-    """One line per case: ``ok`` or what is wrong. Truthy when every case passes."""
+    """One line per case: ``ok`` or what is wrong; a case whose line would run past :attr:`WIDTH` (a
+    notebook's width) lists its problems under its name instead, one wrapped bullet each. Truthy when every
+    case passes."""
+
+    WIDTH = 100
 
     exercise: str
     cases: list[tuple[str, list[str]]] = field(default_factory=list)
@@ -80,7 +85,15 @@ class Report:
 
     def __str__(self) -> str:
         width = max(len(name) for name, _ in self.cases)
-        lines = [f"{name:<{width}}  {'; '.join(problems) or 'ok'}" for name, problems in self.cases]
+        lines = []
+        for name, problems in self.cases:
+            line = f"{name:<{width}}  {'; '.join(problems) or 'ok'}"
+            if len(line) <= self.WIDTH:
+                lines.append(line)
+                continue
+            lines.append(name)
+            for problem in problems:
+                lines += textwrap.wrap(problem, self.WIDTH, initial_indent="  - ", subsequent_indent="    ")
         lines.append(
             f"{self.exercise}: all {len(self.cases)} cases pass" if self.ok else "not yet: see above"
         )

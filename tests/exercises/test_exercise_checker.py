@@ -54,3 +54,17 @@ def test_a_report_is_ok_only_when_every_case_is():
     report.cases.append(("c", ["out[0] = 1, expected 2"]))
     assert not report and report.problems() == ["out[0] = 1, expected 2"]
     assert "c  out[0] = 1, expected 2" in str(report) and str(report).endswith("not yet: see above")
+
+
+def test_a_long_report_line_wraps_under_its_case():
+    problems = [
+        f"out[{i}, 3] = 0.5, expected 1.25 (|error| 0.75 > 0.001 + 0.001·|expected|); " + "x" * 40
+        for i in range(2)
+    ]
+    text = str(Report("demo", [("odd shape", problems), ("tiny", [])]))
+    lines = text.splitlines()
+    assert all(len(line) <= Report.WIDTH for line in lines)
+    assert lines[0] == "odd shape" and lines[1].startswith("  - out[0, 3] = 0.5")
+    assert sum(line.startswith("  - ") for line in lines) == 2  # one bullet per problem
+    assert "tiny       ok" in lines and lines[-1] == "not yet: see above"
+    assert " ".join(" ".join(lines).split()).count("x" * 40) == 2  # nothing lost in the wrapping

@@ -111,7 +111,7 @@ def test_syncs_counted_and_host_timer_clean_on_a_gpu():
     cuda = torch.device("cuda")
     x = torch.ones(1000, device=cuda)
     assert len(sync_sites(lambda b: x.sum().item(), None, cuda)) >= 1
-    assert sync_sites(lambda b: x.sum().item(), None, cuda) == [f"perf/test_step_host_time.py:{_line() - 1}"]
+    assert sync_sites(lambda b: x.sum().item(), None, cuda) == [f"perf/test_step_host_time.py:{_line()}"]
     assert len(sync_sites(lambda b: x.mul_(1.0), None, cuda)) == 0
     first = []
     assert sync_sites(lambda b: first or first.append(x.sum().item()), None, cuda) == []  # first step only

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from benchmarks import bench_lora
+from kernels import runtime
 from lecture_code import bench
 from lecture_code.results.page import BEGIN, END, render
 
@@ -90,7 +91,7 @@ def test_a_compiled_provider_that_fails_is_skipped_with_its_reason(monkeypatch):
 
     real = bench_lora.providers
     monkeypatch.setattr(bench_lora, "providers", lambda *a: {**real(*a), "torch.compile": broken})
-    rows, why = bench_lora.run_shape(8, 16, 16, 4, torch.float32, torch.device("cpu"), False)
+    rows, why = bench_lora.run_shape(8, 16, 16, 4, torch.float32, runtime.default_device(), False)
     assert "torch.compile" not in {r["provider"] for r in rows} and "v0" in {r["provider"] for r in rows}
     assert why == ["8x16x16 r4: torch.compile: RuntimeError: inductor said no"]
 
