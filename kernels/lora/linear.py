@@ -226,8 +226,13 @@ def _fast_path_problem(x2, weight, lora_b) -> str | None:
     K = x2.shape[1]
     if R > MAX_RANK:
         return f"r = {R} > {MAX_RANK} (the fused kernels keep an [rows, r] fp32 tile in registers)"
-    if (K * e) % 16 or (N * e) % 16:
-        return f"K = {K} or N = {N} is not a multiple of {16 // e} (tensor descriptors need 16-byte rows)"
+    unaligned = [f"{name} = {size}" for name, size in (("K", K), ("N", N)) if (size * e) % 16]
+    if unaligned:
+        verb = "is" if len(unaligned) == 1 else "are"
+        return (
+            f"{' and '.join(unaligned)} {verb} not a multiple of {16 // e} "
+            "(tensor descriptors need 16-byte rows)"
+        )
     if not tma_compatible(x2):
         return f"x (as [M, K] with strides {x2.stride()}) is not row-contiguous with 16-byte aligned rows"
     if not tma_compatible(weight):

@@ -181,6 +181,15 @@ def test_general_path_warns_and_is_right(make, seed, poison_empty):
         lora_linear(x, w, a, b, SCALE, b0, version="v3")
 
 
+@pytest.mark.parametrize(
+    "K, N, named", [(17, 16, "K = 17 is"), (16, 9, "N = 9 is"), (17, 9, "K = 17 and N = 9 are")]
+)
+def test_the_layout_reason_names_only_the_unaligned_sizes(K, N, named):
+    x, w, _, b, _ = _inputs(4, K, N, 3, torch.float16)
+    version, why = choose_version(x, w, b)
+    assert version == "v1" and why.startswith(f"{named} not a multiple of 8")
+
+
 def test_rank_128(seed, poison_empty):
     _check(*_inputs(20, 32, 24, 128, torch.float16), 4e-3, version="v3")
 
