@@ -4,12 +4,12 @@ Notation: x [M, K] tokens (N-D inputs are flattened to rows), frozen base weight
 adapter A [r, K], B [N, r], scale s = alpha / r. t = x Aᵀ [M, r] is the adapter's bottleneck.
 
 **Forward** ``y = x Wᵀ + b + s·t Bᵀ``. FLOPs: 2·M·K·N (base) + 2·M·r·(K + N) (LoRA: +0.8% at M = 8192,
-K = N = 4096, r = 16). Bytes (element size e): x, W, y once, (M·K + N·K + M·N)·e = 168 MB (160 MiB) there
-in bf16. The base GEMM is compute-bound (≈ 370 µs at ≈ 740 TFLOP/s against ≈ 55 µs for its bytes at ≈ 3 TB/s),
-so the floor of a LoRA forward is the base GEMM plus ≈ 1%: LoRA's bytes and FLOPs are noise *if* they ride
-along in the base GEMM. Eager PyTorch instead runs x Aᵀ (a pass over x), (·) Bᵀ (writes an M×N tensor), the
-scale (reads and writes it), the add (reads two, writes one): 7 extra M×N-sized passes (x is M×N-sized there,
-K = N), ≈ 470 MB, ≈ 155 µs at ≈ 3 TB/s: ≈ +40%.
+K = N = 4096, r = 16). Bytes (element size e): x, W, y once, (M·K + N·K + M·N)·e = 168 MB (160 MiB) there in
+bf16. The base GEMM is compute-bound (on an H100 ≈ 370 µs at ≈ 740 TFLOP/s, ≈ 55 µs for its bytes at
+≈ 3 TB/s), so the floor of a LoRA forward is the base GEMM plus ≈ 1%: LoRA's bytes and FLOPs are noise *if*
+they ride along in the base GEMM. Eager PyTorch instead runs x Aᵀ (a pass over x), (·) Bᵀ (writes an M×N
+tensor), the scale (reads and writes it), the add (reads two, writes one): 7 extra M×N-sized passes (x is
+M×N-sized there, K = N), ≈ 470 MB, ≈ 155 µs at ≈ 3 TB/s: ≈ +40%.
 
 **Backward** (W and b frozen), with u = dY B [M, r]::
 
@@ -17,23 +17,24 @@ K = N), ≈ 470 MB, ≈ 155 µs at ≈ 3 TB/s: ≈ +40%.
     dA = s·uᵀ x = (s·u)ᵀ x     ([r, K]: a reduction over M)
     dB = s·dYᵀ t = dYᵀ (s·t)   ([N, r]: a reduction over M)
 
-Saved: x (the frozen base linear saves it too) and s·t [M, r] (M·r·e bytes: 256 KB at M = 8192, r = 16); A,
-B, W are parameters. Nothing is recomputed: t comes from the forward. Passes over dY: the dX GEMM reads dY.
-v3 (``"fused"``): producer programs of the same launch, on SMs of their own, stream dY's row blocks for
+Saved: x (the frozen base linear saves it too) and s·t [M, r] (M·r·e bytes: 256 KB at M = 8192, r = 16); A, B,
+W are parameters. Nothing is recomputed: t comes from the forward. Passes over dY: the dX GEMM reads dY. v3
+(``"fused"``): producer programs of the same launch, on SMs of their own, stream dY's row blocks for
 s·u = s·dY B while the tiles run the GEMM, then (r ≤ 16) stream it once more, in column strips, for dB; their
 passes ride beside the GEMM (the launch: 375 µs against 371 without dB, cuBLAS's dY W 347, at M = 8192,
-K = N = 4096, r = 16). v2 (``"epilogue"``): s·u is its own pass, which for a large dY also computes dB
-(:mod:`kernels.lora.skinny`: one read of dY for both); else dB reads dY once more (cuBLAS). dA reads x once
-(the base backward never reads x, so that pass is new work no fusion of the base GEMMs removes; cuBLAS,
-≈ 38 µs at that shape). The v3 producers have no time left for it, measured (H100, 2026-11-24): dA in
-column strips of x after their s·u pass took the launch from 366 to 433 µs, and dB summed during the s·u pass
-(one fp32 share per producer, read, added to and written back at every K step) to 539; a producer's SM
-streams ≈ 100 GB/s, as many bytes as its shared memory keeps in flight. So outside the dX launch v3 reads
-x once (dA), and dY once more above r = 16 (dB); v2 reads x once and dY once or twice. Each such pass over a
-64 MB operand takes cuBLAS ≈ 38 µs under the benchmark's timer (≈ 1.8 TB/s; a Triton pass measured no
-faster), 31 µs once L2 holds no dirty lines: the timer's L2 flush (a 256 MB write) leaves lines that the
-pass must write back first, and right after the dX launch (which leaves dX's) it takes 34. Every reduction
-has a fixed order (no atomics): the same bits every run.
+K = N = 4096, r = 16; probes on an H100, 2026-11-24, listed under "Where the rest goes" below). v2
+(``"epilogue"``): s·u is its own pass, which for a large dY also computes dB (:mod:`kernels.lora.skinny`: one
+read of dY for both); else dB reads dY once more (cuBLAS). dA reads x once (the base backward never reads x,
+so that pass is new work no fusion of the base GEMMs removes; cuBLAS, ≈ 38 µs at that shape). The v3 producers
+have no time left for it, measured (H100, 2026-11-24): dA in column strips of x after their s·u pass took the
+launch from 366 to 433 µs, and dB summed during the s·u pass (one fp32 share per producer, read, added to and
+written back at every K step) to 539; a producer's SM streams ≈ 100 GB/s, as many bytes as its shared memory
+keeps in flight. So outside the dX launch v3 reads x once (dA), and dY once more above r = 16 (dB); v2 reads x
+once and dY once or twice. Each such pass over a 64 MB operand takes cuBLAS ≈ 38 µs on that H100 under the
+benchmark's timer (≈ 1.8 TB/s; a Triton pass measured no faster), 31 µs once L2 holds no dirty lines: the
+timer's L2 flush (a 256 MB write) leaves lines that the pass must write back first, and right after the dX
+launch (which leaves dX's) it takes 34. Every reduction has a fixed order (no atomics): the same bits every
+run.
 
 **The ladder** (``version=``, shared/STYLE.md point 7), each tested and timed side by side:
 
