@@ -206,8 +206,10 @@ def _results(ctx: Context, args: list[str]) -> str:
             f"no result under <code>benchmarks/results/{html.escape(workload)}/</code> yet. Run "
             f"<code>{html.escape(command)}</code> on a GPU, then <code>make results slides</code>."
         )
-    # one device per slide: a GPU's result when there is one (the lecture is about GPU speed)
-    section = next((s for s in measured if not s.result.device.startswith("CPU")), measured[0])
+    # one device per slide: the newest GPU result when there is one (the lecture is about GPU speed, and
+    # the notebooks read the newest result file too)
+    on_gpu = [s for s in measured if not s.result.device.startswith("CPU")]
+    section = max(on_gpu, key=lambda s: s.result.stamp.get("date", "")) if on_gpu else measured[0]
     title = _provenance(section.result.path.as_posix())
     source = f'<p class="source"{title}>{_stamp_caption(section.result.stamp)}</p>'
     if part.startswith("table"):

@@ -79,6 +79,14 @@ def test_sections_without_a_result_say_not_measured_yet_and_fill_in_when_one_lan
     assert page.count(NOT_MEASURED_YET) == 1  # multi_lora still has none
     dlrm = page[page.index('id="slide-2"') : page.index('id="slide-3"')]
     assert "0.314" in dlrm and "4.61" in dlrm and "NVIDIA H100 80GB HBM3" in dlrm
+    # a newer result from another GPU takes the slide over (the notebooks read the newest file too)
+    newer = dlrm_rows({"eager, sparse grads": 4.2, "fused, CUDA graph": 0.301})
+    for row in newer:
+        row.update(device="NVIDIA H200", date="2026-11-29T06:00:00")
+    write_csv(root / "benchmarks" / "results" / "dlrm_step" / "dlrm_step_nvidia-h200_2026-11-29.csv", newer)
+    page = render_deck(deck, tmp_path / "out", root).html.read_text()
+    dlrm = page[page.index('id="slide-2"') : page.index('id="slide-3"')]
+    assert "0.301" in dlrm and "NVIDIA H200 · 2026-11-29" in dlrm and "0.314" not in dlrm
 
 
 def test_a_slide_table_keeps_the_columns_and_rows_named_and_drops_unmeasured_ones():
