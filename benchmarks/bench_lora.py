@@ -43,6 +43,7 @@ import kernels  # noqa: F401  (decides the runtime mode first)
 from kernels import reference, runtime
 from kernels.lora.linear import lora_linear
 from lecture_code import bench as bu
+from lecture_code.results.workloads.lora import BASE, REDUCE_OVERHEAD  # the providers' names RESULTS.md reads
 
 SHAPES = [
     (8192, 4096, 4096, 16), (8192, 4096, 4096, 64), (16384, 4096, 14336, 16), (512, 4096, 4096, 16),
@@ -52,7 +53,6 @@ QUICK_SHAPES = [(64, 64, 64, 16)]
 GRAPH_SHAPES = [(512, 4096, 4096, 16), (16, 4096, 4096, 16)]  # host-bound without a graph
 GRAPH = " (graph)"  # suffix of the graphed providers' names
 VERSIONS = ("v0", "v1", "v2", "v3")
-REDUCE_OVERHEAD = "ours, reduce-overhead"  # lora_linear under torch.compile(mode="reduce-overhead")
 OURS = (*VERSIONS, REDUCE_OVERHEAD)  # what the verdicts count as ours
 COMPILED = ("torch.compile", REDUCE_OVERHEAD)  # compiled providers: never captured in a graph by hand
 ALPHA = 32.0
@@ -165,10 +165,10 @@ def run_shape(M, K, N, r, dtype, device, compile_: bool, graphs: bool = False) -
     rows, timed, shape, failed = [], [], f"{M}x{K}x{N} r{r}", []
     base = {"fwd": bu.median_ms(base_fwd, device), "fwd+bwd": bu.median_ms(base_fwd_bwd, device)}
     for pass_, fn in (("fwd", base_fwd), ("fwd+bwd", base_fwd_bwd)):
-        rows.append({"shape": shape, "pass": pass_, "provider": "base (frozen linear)", "ms": base[pass_],
+        rows.append({"shape": shape, "pass": pass_, "provider": BASE, "ms": base[pass_],
                      "overhead %": 0.0, "peak MB": _peak_mb(fn, device),
                      "host us": bu.host_us(fn, device), "wall us": bu.wall_us(fn, device)})  # fmt: skip
-        timed.append((pass_, "base (frozen linear)", fn))
+        timed.append((pass_, BASE, fn))
     for name, f in providers(w, a, b, r, compile_).items():
         with torch.no_grad():
             ref = reference.lora_linear(x.float(), w.float(), a.float(), b.float(), ALPHA / r)
@@ -224,7 +224,7 @@ def verdicts(rows: list[dict]) -> list[dict]:
     out = []
     for shape, pass_ in dict.fromkeys((r["shape"], r["pass"]) for r in rows):
         sel = [r for r in rows if (r["shape"], r["pass"]) == (shape, pass_)]
-        names = {r["provider"].removesuffix(GRAPH) for r in sel} - {"base (frozen linear)"}
+        names = {r["provider"].removesuffix(GRAPH) for r in sel} - {BASE}
         others = names - set(OURS)
         line = {"shape": shape, "pass": pass_}
         for label, column, graph, unit in (
