@@ -140,8 +140,8 @@ def stage_sentences(rows: Sequence[dict]) -> list[str]:
 
 
 def latest_result(folder: str) -> Path | None:
-    """The newest CSV under ``benchmarks/results/<folder>/`` (names end in the date), or ``None``."""
-    found = sorted((RESULTS_DIR / folder).glob("*.csv"))
+    """The newest CSV under ``benchmarks/results/<folder>/`` by the date its name ends in, or ``None``."""
+    found = sorted((RESULTS_DIR / folder).glob("*.csv"), key=lambda p: (p.stem[-10:], p.name))
     return found[-1] if found else None
 
 
@@ -190,15 +190,15 @@ def all_features_sentences(rows: Sequence[dict]) -> list[str]:
 # --- the Kaggle tables ------------------------------------------------------------------------------------
 
 
-def copy_reference_gbps() -> tuple[float, str] | None:
-    """The largest fp32 ``y.copy_(x)`` bandwidth in the newest pointwise benchmark CSV, and its device."""
+def copy_reference_gbps() -> tuple[float, str, Path] | None:
+    """The largest fp32 ``y.copy_(x)`` bandwidth in the newest pointwise benchmark CSV, its device and the CSV."""
     path = latest_result("pointwise")
     if path is None:
         return None
     df = pd.read_csv(path)
     fp32 = df[df["dtype"] == "fp32"]
     biggest = fp32.loc[(fp32["rows"] * fp32["cols"]).idxmax()]
-    return float(biggest["copy GB/s"]), str(biggest["device"])
+    return float(biggest["copy GB/s"]), str(biggest["device"]), path
 
 
 def kaggle_sentences(rows: Sequence[dict], copy_gbps: float | None, passes: int) -> list[str]:

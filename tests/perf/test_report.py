@@ -163,5 +163,6 @@ def test_kaggle_sentences():
 def test_copy_reference_reads_the_committed_pointwise_csv():
     found = copy_reference_gbps()
     assert found is not None  # benchmarks/results/pointwise is committed
-    gbps, device = found
+    gbps, device, path = found
     assert 100 < gbps < 10_000 and device
+    assert path.parent.name == "pointwise" and path.suffix == ".csv" and path.is_file()
