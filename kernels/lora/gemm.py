@@ -397,12 +397,14 @@ def _epilogue(
 
 def tma_compatible(*tensors: torch.Tensor) -> bool:
     """Every tensor is 2-D with unit last stride and 16-byte aligned base and row stride (TMA's rules)."""
-    for t in tensors:
-        if t.dim() != 2 or t.stride(1) != 1 or t.data_ptr() % TMA_ALIGN:
-            return False
-        if (t.stride(0) * t.element_size()) % TMA_ALIGN:
-            return False
-    return True
+    return all(_descriptor_ok(t, 0, 1) for t in tensors)
+
+
+def _descriptor_ok(t: torch.Tensor, row_dim: int, col_dim: int) -> bool:
+    # tma_compatible(t) for (row_dim, col_dim) = (0, 1), tma_compatible(t.t()) for (1, 0), without the view
+    if t.dim() != 2 or t.stride(col_dim) != 1 or t.data_ptr() % TMA_ALIGN:
+        return False
+    return not (t.stride(row_dim) * t.element_size()) % TMA_ALIGN
 
 
 def block_rank(r: int) -> int:
@@ -450,9 +452,9 @@ def _l_mode(shrink: torch.Tensor) -> int:
     # rows, A in the forward; 2: stored as [Kr, r] rows, B in the backward, needs r·e a multiple of 16 bytes),
     # else by masked pointer loads (0). (When the shrink ran in the tiles' main loop, pointer-loaded L cost
     # ≈ 80 µs more at 8192×4096×4096 on an H100; not re-measured for the producers.)
-    if tma_compatible(shrink.t()):
+    if _descriptor_ok(shrink, 1, 0):  # tma_compatible(shrink.t())
         return 1
-    if tma_compatible(shrink):
+    if _descriptor_ok(shrink, 0, 1):
         return 2
     return 0
 

@@ -83,7 +83,10 @@ Where the rest goes, in kernel times (``.gpu``-style probes, median device time,
   time (base fwd+bwd 140), so that call is host-bound. The CSV of 2026-11-24 had 104 and 666 µs for the same
   two rows: the host's cost per call has risen since, and what raised it is not yet measured apart. At M = 512
   the device needs 0.04–0.1 ms, so fwd+bwd is host-bound (v3 host 1,093 µs against 99 µs of device time). CUDA
-  graphs (``torch.cuda.graphs``) remove it for a fixed shape.
+  graphs (``torch.cuda.graphs``) remove it for a fixed shape. Eager calls differentiate through
+  :func:`kernels.library.eager_autograd` (the op's registered formula without torch's generic custom-op
+  wrapper); ``benchmarks/probe_lora_host.py`` measures the Python path with the launches stubbed, on a CPU
+  (on its CPU: v3 fwd+bwd 269 → 212 µs with the change, the unsloth order in plain torch ≈ 110).
 
 **General path.** v2/v3 need tensor descriptors: x and W with unit last stride and 16-byte aligned rows
 (K·e and N·e multiples of 16 bytes: K, N multiples of 8 in bf16/fp16, of 4 in fp32) and r ≤ 128.
@@ -114,7 +117,7 @@ import torch.nn.functional as F
 from kernels.configs import BranchConfig, GemmConfig, resolve, tuning_key
 from kernels.gpu_features import unmet
 from kernels.launch import as_rows, cdiv, check_device, check_dtype, int32_offsets, sm_count
-from kernels.library import custom_op, decode_config, encode_config
+from kernels.library import custom_op, decode_config, eager_autograd, encode_config
 from kernels.lora.branch import BRANCH_NEEDS, branch_rule, lora_branch_
 from kernels.lora.gemm import (
     FAST_PATH_NEEDS,
@@ -214,7 +217,7 @@ def _backward(mode, dy2, x2, weight, lora_a, lora_b, ts, scale, need_dx, config_
             dx, _ = lowrank_gemm(dy2, weight, False, lora_b, lora_a, scale, config, t=us)
         return dx, us.t() @ x2, db
     else:
-        us = (dy2 @ lora_b) * scale
+        us = torch.mm(dy2, lora_b).mul_(scale)  # as (dY B) * s: rounded, then scaled; one allocation less
         if need_dx:
             dx = (dy2 @ weight).addmm_(us, lora_a)
     return dx, us.t() @ x2, dy2.t() @ ts
@@ -225,6 +228,8 @@ def _fast_path_problem(x2, weight, lora_b) -> str | None:
     e = x2.element_size()
     N, R = lora_b.shape
     K = x2.shape[1]
+    if R <= MAX_RANK and not (K * e) % 16 and not (N * e) % 16 and tma_compatible(x2, weight):
+        return None  # the common case, without building the messages below
     if R > MAX_RANK:
         return f"r = {R} > {MAX_RANK} (the fused kernels keep an [rows, r] fp32 tile in registers)"
     unaligned = [f"{name} = {size}" for name, size in (("K", K), ("N", N)) if (size * e) % 16]
@@ -286,12 +291,18 @@ def choose_version(x2, weight, lora_b, version: str | None = None) -> tuple[str,
 
 def _check(x, weight, lora_a, lora_b, scale, bias) -> None:
     fn = "lora_linear"
-    named = [("x", x), ("weight", weight), ("lora_a", lora_a), ("lora_b", lora_b)]
-    for name, t in named + ([("bias", bias)] if bias is not None else []):
+    device = None
+    for name, t in (("x", x), ("weight", weight), ("lora_a", lora_a), ("lora_b", lora_b), ("bias", bias)):
+        if t is None and name == "bias":
+            continue
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{fn}: {name} must be a torch.Tensor, got {type(t).__name__}")
         check_dtype(fn, name, t, x)
-        check_device(fn, name, t, x)
+        if device is None:  # x: whether Triton can use its device, once; the others must be on it
+            check_device(fn, name, t, x)
+            device = x.device
+        elif t.device != device:
+            check_device(fn, name, t, x)  # raises, naming both devices
     if x.dim() < 1 or x.shape[-1] == 0:
         raise ValueError(f"{fn}: x must be [..., K] with K ≥ 1, got shape {tuple(x.shape)}")
     K = x.shape[-1]
@@ -375,14 +386,13 @@ def _backward_op(dy2, x2, weight, lora_a, lora_b, ts, scale, version, bwd_config
     """``(dX or an empty [0] tensor when not need_dx, dA, dB)``. The version is chosen again from the same
     tensors as the forward's choice (so the same one): the backward mode follows it."""
     chosen, _ = choose_version(x2, weight, lora_b, version or None)
-    empty = x2.new_empty(0)
     if x2.shape[0] == 0:
-        dx = x2.new_zeros(x2.shape) if need_dx else empty
+        dx = x2.new_zeros(x2.shape if need_dx else (0,))
         return dx, lora_a.new_zeros(lora_a.shape), lora_b.new_zeros(lora_b.shape)
     mode = _EPILOGUE_BACKWARD.get(chosen, "torch")
     override = decode_config(bwd_config)
     dx, da, db = _backward(mode, dy2, x2, weight, lora_a, lora_b, ts, scale, need_dx, override)
-    return (dx if need_dx else empty), da, db
+    return (dx if need_dx else x2.new_empty(0)), da, db
 
 
 def _setup_context(ctx, inputs, output):
@@ -401,6 +411,11 @@ def _autograd_backward(ctx, dy2, _dts):
 
 
 _forward_op.register_autograd(_autograd_backward, setup_context=_setup_context)
+# Eager mode: the same formula through a plain autograd.Function (kernels.library.eager_autograd: no defaults
+# filled per call, no zero gradient materialized for s·t, which only the backward reads).
+_EagerLoraLinear = eager_autograd(
+    "LoraLinearFunction", _forward_op, _setup_context, _autograd_backward, unused_outputs=(1,)
+)
 
 
 def lora_linear(
@@ -433,12 +448,16 @@ def lora_linear(
     # v1's kernel indexes columns, r and K in int32 (rows in int64): an operand too large for that is copied.
     x2 = int32_offsets(as_rows(x, "x"))
     lora_a, lora_b = int32_offsets(lora_a, (0, 1)), int32_offsets(lora_b, (0, 1))
+    fwd, bwd = encode_config(fwd_config), encode_config(bwd_config)
     if torch.compiler.is_compiling():  # addresses do not exist while tracing: the op chooses at run time
         if version is not None and version not in VERSIONS:
             raise ValueError(f"lora_linear: version={version!r} is not one of {VERSIONS} (or None)")
-        chosen = version or ""
+        y2, _ = _forward_op(x2, weight, lora_a, lora_b, bias, float(scale), version or "", fwd, bwd)
     else:
         chosen = _chosen(x2, weight, lora_b, version, stacklevel=3)
-    fwd, bwd = encode_config(fwd_config), encode_config(bwd_config)
-    y2, _ = _forward_op(x2, weight, lora_a, lora_b, bias, float(scale), chosen, fwd, bwd)
-    return y2.view(*x.shape[:-1], weight.shape[0])
+        inputs = (x2, weight, lora_a, lora_b, bias, float(scale), chosen, fwd, bwd)
+        if torch.is_grad_enabled() and (x2.requires_grad or lora_a.requires_grad or lora_b.requires_grad):
+            y2, _ = _EagerLoraLinear.apply(*inputs)
+        else:
+            y2, _ = _forward_op(*inputs)
+    return y2 if x.dim() == 2 else y2.view(*x.shape[:-1], weight.shape[0])

@@ -242,6 +242,27 @@ def test_only_adapter_needs_grad_and_inference(seed, poison_empty):
         _close(lora_linear(x, w, ag, b, SCALE, b0), expected, 2e-5, "y (no_grad)")
 
 
+@pytest.mark.parametrize("version", VERSIONS)
+def test_eager_autograd_is_the_registered_formula(version, seed, poison_empty):
+    # Eager lora_linear differentiates through kernels.library.eager_autograd (no generic custom-op wrapper);
+    # the op's registered autograd (what torch.compile sees) must give the same bits.
+    from kernels.library import ops
+
+    x, w, a, b, b0 = _inputs(6, 16, 12, 4, torch.float32)
+    grad = torch.randn(6, 12, device=x.device)
+    eager = [t.clone().requires_grad_() for t in (x, a, b)]
+    y = lora_linear(eager[0], w, eager[1], eager[2], SCALE, b0, version=version)
+    assert type(y.grad_fn).__name__ == "LoraLinearFunctionBackward"
+    registered = [t.clone().requires_grad_() for t in (x, a, b)]
+    y_op, ts = ops().lora_linear.default(
+        registered[0], w, registered[1], registered[2], b0, SCALE, version, "", ""
+    )
+    assert torch.equal(y, y_op)
+    got, want = torch.autograd.grad(y, eager, grad), torch.autograd.grad(y_op, registered, grad)
+    for name, g, e in zip(("dX", "dA", "dB"), got, want, strict=True):
+        assert torch.equal(g, e), name
+
+
 def test_empty_batch():
     x, w, a, b, b0 = _inputs(0, 16, 8, 4, torch.float32)
     xg, ag, bg = (t.clone().requires_grad_() for t in (x, a, b))
