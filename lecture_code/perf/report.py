@@ -191,7 +191,7 @@ def all_features_sentences(rows: Sequence[dict]) -> list[str]:
 
 
 def copy_reference_gbps() -> tuple[float, str, Path] | None:
-    """The largest fp32 ``y.copy_(x)`` bandwidth in the newest pointwise benchmark CSV, its device, the CSV."""
+    """The largest fp32 ``y.copy_(x)`` rate in the newest pointwise benchmark CSV, its device, the CSV."""
     path = latest_result("pointwise")
     if path is None:
         return None
