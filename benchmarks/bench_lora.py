@@ -146,14 +146,23 @@ def _graph_rows(timed: list[tuple[str, str, object]], shape: str, device) -> tup
     return rows, skipped
 
 
+def _inputs(M, K, N, r, dtype, device) -> tuple[torch.Tensor, ...]:
+    """x, W, A, B (nonzero: a trained adapter, not LoRA's init) and dY, drawn by a seeded CPU generator and
+    moved. The CUDA generator is left alone: on the H200 (torch 2.11) a process that replayed inductor's
+    CUDA-graph trees and then captured graphs by hand had it refuse every later draw ("Offset increment
+    outside graph capture encountered unexpectedly")."""
+    g = torch.Generator().manual_seed(M * 31 + N * 7 + r)
+
+    def draw(*shape, fan_in=1):
+        return (torch.randn(*shape, generator=g) / fan_in**0.5).to(device, dtype)
+
+    return draw(M, K), draw(N, K, fan_in=K), draw(r, K, fan_in=K), draw(N, r, fan_in=r), draw(M, N)
+
+
 def run_shape(M, K, N, r, dtype, device, compile_: bool, graphs: bool = False) -> tuple[list, list[str]]:
     """Rows of (shape, pass, provider) timings, and the reasons for rows not measured (a compiled provider
     that failed to compile or run; graphs: also the CUDA-graph rows)."""
-    x = torch.randn(M, K, device=device).to(dtype)
-    w = (torch.randn(N, K, device=device) / K**0.5).to(dtype)
-    a = (torch.randn(r, K, device=device) / K**0.5).to(dtype)
-    b = (torch.randn(N, r, device=device) / r**0.5).to(dtype)  # nonzero: a trained adapter, not LoRA's init
-    dy = torch.randn(M, N, device=device).to(dtype)
+    x, w, a, b, dy = _inputs(M, K, N, r, dtype, device)
     xg, ag, bg = (t.clone().requires_grad_() for t in (x, a, b))
 
     def base_fwd():
