@@ -18,13 +18,13 @@ overhead, the peak memory the call allocates beyond its inputs (MB), the host µ
 (``lecture_code.bench.host_us``: enqueued back to back, no wait) and the wall µs per call in a loop
 (``lecture_code.bench.wall_us``: synchronized before and after, so the slower of host and device sets it).
 
-At ``GRAPH_SHAPES`` (the 512-row shape, where every call spends longer on the host than on the GPU) and in
-``--quick`` runs on a GPU, every provider but ``torch.compile`` is also captured in a CUDA graph
-(``lecture_code.bench.graphed``) and replayed: rows ``<provider> (graph)``, their overhead against the graphed
-base. :func:`verdicts` compares the ladder with the other providers by device time, by wall time per call
-without graphs, and by wall time per call among the graphed rows.
+At ``GRAPH_SHAPES`` (the 512- and 16-row shapes, where every call spends longer on the host than on the
+GPU) and in ``--quick`` runs on a GPU, every provider but the two compiled ones (``COMPILED``) is also
+captured in a CUDA graph (``lecture_code.bench.graphed``) and replayed: rows ``<provider> (graph)``, their
+overhead against the graphed base. :func:`verdicts` compares the ladder with the other providers by device
+time, by wall time per call without graphs, and by wall time per call among the graphed rows.
 
-    python -m benchmarks.bench_lora               # GPU: the four shapes of RESULTS.md's goals
+    python -m benchmarks.bench_lora               # GPU: the five shapes of RESULTS.md's LoRA table
     python -m benchmarks.bench_lora --quick       # tiny sizes (CPU: Triton runs in the interpreter)
     python -m benchmarks.bench_lora --results-dir benchmarks/results/tmp   # a trial run (git-ignored)
 
