@@ -1,8 +1,8 @@
 """Host (Python) time of one ``lora_linear`` forward+backward, with every Triton launch stubbed out (CPU).
 
 What it measures: everything :func:`kernels.lora.linear.lora_linear` does on the host per call (checks, the
-version choice, the custom op's dispatch and autograd, configs, plans, allocations, the cached launcher's key)
-except the work of Triton's own launcher and the GPU. How, on a machine without a GPU:
+version choice, autograd, the op's dispatch where a call takes it, configs, plans, allocations, the cached
+launcher's key) except the work of Triton's own launcher and the GPU. How, on a machine without a GPU:
 
 - the kernels' launchers (``_launch`` of :mod:`kernels.lora.gemm`, :mod:`kernels.lora.branch`,
   :mod:`kernels.lora.skinny`) become :class:`kernels.fast_launch.CachedLauncher` s over a stand-in for the

@@ -9,21 +9,26 @@ the config its last run used in ``best_config``. All of it was read and tested i
 interpreter, where ``run`` returns nothing) every launch takes Triton's normal path, so the next Triton breaks
 nothing silently: it only loses the shortcut, and ``tests/kernels/test_cached_launches.py`` says so.
 
-``torch`` internals: none. The kernels use public torch only.
+``torch`` internals: four probes of what intercepts torch calls (:func:`plain_eager`), read in torch 2.11
+and 2.13 (:data:`TORCH_KNOWN_TO_WORK`); outside those versions :func:`plain_eager` says False and every
+caller takes its public path (the ``torch.library`` op).
 """
 
 from __future__ import annotations
 
+import torch
 import triton
 
 __all__ = [
     "DIRECT_LAUNCH",
     "KNOWN_TO_WORK",
+    "TORCH_KNOWN_TO_WORK",
     "TRITON_VERSION",
     "autotuner_best_config",
     "autotuner_kernel",
     "compiled_runner",
     "jit_arg_names",
+    "plain_eager",
     "version_tuple",
 ]
 
@@ -37,6 +42,9 @@ def version_tuple(text: str) -> tuple[int, int]:
 TRITON_VERSION = version_tuple(triton.__version__)
 KNOWN_TO_WORK = ((3, 6), (3, 9))  # the first and last Triton (major, minor) the protocol was read in
 DIRECT_LAUNCH = KNOWN_TO_WORK[0] <= TRITON_VERSION <= KNOWN_TO_WORK[1]
+TORCH_KNOWN_TO_WORK = ((2, 11), (2, 13))  # the torch (major, minor) the probes of plain_eager were read in
+_PROBES_WORK = TORCH_KNOWN_TO_WORK[0] <= version_tuple(torch.__version__) <= TORCH_KNOWN_TO_WORK[1]
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 
 
 def compiled_runner(compiled, grid: tuple):
@@ -59,3 +67,20 @@ def autotuner_kernel(autotuner):
 def autotuner_best_config(autotuner) -> triton.Config:
     """The config the autotuner's last call launched (tuned then, or looked up)."""
     return autotuner.best_config
+
+
+def plain_eager(*tensors) -> bool:
+    """Whether an op's body may be called directly instead of the ``torch.library`` op, with the same result:
+    eager (not tracing), no ``TorchDispatchMode`` or ``TorchFunctionMode`` active (FakeTensorMode,
+    FlopCounterMode, …), no functorch transform (vmap, grad), no profiler (whose traces name the op), and
+    each tensor (None allowed) a plain ``torch.Tensor`` or ``Parameter``, not a subclass. False outside
+    :data:`TORCH_KNOWN_TO_WORK`."""
+    return (
+        _PROBES_WORK
+        and not torch.compiler.is_compiling()
+        and not torch._C._len_torch_dispatch_stack()
+        and not torch._C._is_torch_function_mode_enabled()
+        and not torch._C._are_functorch_transforms_active()
+        and not torch.autograd.profiler._is_profiler_enabled
+        and all(t is None or type(t) in _PLAIN_TENSORS for t in tensors)
+    )

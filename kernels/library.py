@@ -17,14 +17,6 @@ operators" tutorial and vLLM's ``direct_register_custom_op``::
 Checks that need addresses (overlap of an output with an input, tensor-descriptor alignment) or values (ids
 in range) run inside the op: while torch.compile traces there are no addresses or values yet.
 
-In eager mode an op's registered autograd costs host time per call that a small problem notices: torch's
-generic wrapper rebuilds the schema's argument list to fill defaults before ``setup_context`` (quadratic in
-the argument count: ≈ 20 µs for 9 arguments on the CPU of the CPU probe,
-``benchmarks/probe_lora_host.py``), and materializes a zero gradient for every output the caller discarded
-(an allocation and a fill launch). :func:`eager_autograd` wraps the op in a plain ``torch.autograd.Function``
-with the *same* ``setup_context`` and backward, for a public function to call in eager mode; under
-torch.compile it calls the op itself (one node, the registered formula).
-
 Schemas are written out (``schema=``) instead of inferred from annotations: the kernel files use
 ``from __future__ import annotations``, and the schema string is the contract the op keeps.
 
@@ -40,7 +32,7 @@ import torch
 
 from kernels.configs import CONFIG_TYPES, KernelConfig
 
-__all__ = ["NAMESPACE", "custom_op", "decode_config", "eager_autograd", "encode_config", "ops"]
+__all__ = ["NAMESPACE", "custom_op", "decode_config", "encode_config", "ops"]
 
 NAMESPACE = "fused_kernels"
 
@@ -59,33 +51,6 @@ def custom_op(name: str, schema: str, *, mutates_args: tuple[str, ...] = (), fak
         return op
 
     return register
-
-
-def eager_autograd(name: str, op, setup_context, backward, *, unused_outputs: tuple[int, ...] = ()):
-    """A ``torch.autograd.Function`` (class ``name``, graph nodes ``<name>Backward``) whose
-    ``apply(*inputs)`` returns ``op(*inputs)`` and differentiates it by ``setup_context(ctx, inputs, output)``
-    and ``backward(ctx, *grads)``: the formula registered on ``op`` (``op.register_autograd(backward,
-    setup_context=setup_context)``), without torch's generic wrapper (see the module docstring).
-
-    Inside ``forward`` grad mode is off, so the op's own autograd layer only passes through.
-    ``unused_outputs``: indices of outputs the caller discards (saved for the backward at most): marked
-    non-differentiable, and no gradient is materialized for them (``backward`` gets None there). Eager mode
-    only: under torch.compile call the op (its registered autograd is what the compiler sees).
-    """
-
-    def forward(ctx, *inputs):
-        output = op(*inputs)
-        setup_context(ctx, inputs, output)
-        if unused_outputs:
-            ctx.mark_non_differentiable(*(output[i] for i in unused_outputs))
-            ctx.set_materialize_grads(False)
-        return output
-
-    return type(
-        name,
-        (torch.autograd.Function,),
-        {"forward": staticmethod(forward), "backward": staticmethod(backward)},
-    )
 
 
 def ops():

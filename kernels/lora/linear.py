@@ -83,10 +83,12 @@ Where the rest goes, in kernel times (``.gpu``-style probes, median device time,
   time (base fwd+bwd 140), so that call is host-bound. The CSV of 2026-11-24 had 104 and 666 µs for the same
   two rows: the host's cost per call has risen since, and what raised it is not yet measured apart. At M = 512
   the device needs 0.04–0.1 ms, so fwd+bwd is host-bound (v3 host 1,093 µs against 99 µs of device time). CUDA
-  graphs (``torch.cuda.graphs``) remove it for a fixed shape. Eager calls differentiate through
-  :func:`kernels.library.eager_autograd` (the op's registered formula without torch's generic custom-op
-  wrapper); ``benchmarks/probe_lora_host.py`` measures the Python path with the launches stubbed, on a CPU
-  (on its CPU: v3 fwd+bwd 269 → 212 µs with the change, the unsloth order in plain torch ≈ 110).
+  graphs (``torch.cuda.graphs``) remove it for a fixed shape. Eager calls where nothing intercepts torch
+  (:func:`kernels.internals.plain_eager`) run the two ops' bodies through :class:`LoraLinearFunction`, the
+  version chosen once, without the dispatcher's cost per op call; under torch.compile, a dispatch or function
+  mode, a functorch transform, the profiler or a tensor subclass, the call goes through the op.
+  ``benchmarks/probe_lora_host.py`` measures the Python path with the launches stubbed, on a CPU (on its CPU,
+  v3 fwd+bwd: 269 µs through the op's generic autograd, 142 direct; the unsloth order in plain torch 107).
 
 **General path.** v2/v3 need tensor descriptors: x and W with unit last stride and 16-byte aligned rows
 (K·e and N·e multiples of 16 bytes: K, N multiples of 8 in bf16/fp16, of 4 in fp32) and r ≤ 128.
@@ -116,8 +118,9 @@ import torch.nn.functional as F
 
 from kernels.configs import BranchConfig, GemmConfig, resolve, tuning_key
 from kernels.gpu_features import unmet
+from kernels.internals import plain_eager
 from kernels.launch import as_rows, cdiv, check_device, check_dtype, int32_offsets, sm_count
-from kernels.library import custom_op, decode_config, eager_autograd, encode_config
+from kernels.library import custom_op, decode_config, encode_config
 from kernels.lora.branch import BRANCH_NEEDS, branch_rule, lora_branch_
 from kernels.lora.gemm import (
     FAST_PATH_NEEDS,
@@ -362,12 +365,17 @@ def _fake_forward(x2, weight, lora_a, lora_b, bias, scale, version, fwd_config, 
 def _forward_op(x2, weight, lora_a, lora_b, bias, scale, version, fwd_config, bwd_config):
     """``(y [M, N], s·t [M, r])`` for 2-D x."""
     chosen = _chosen(x2, weight, lora_b, version or None, stacklevel=2)  # given: a check of the same choice
+    return _forward_body(chosen, x2, weight, lora_a, lora_b, bias, scale, decode_config(fwd_config))
+
+
+def _forward_body(chosen, x2, weight, lora_a, lora_b, bias, scale, override):
+    """The op's work once the version is chosen and the config decoded (``override``: a carrier or None)."""
     M, N = x2.shape[0], weight.shape[0]
     if M == 0:
         return x2.new_empty((0, N)), x2.new_empty((0, lora_a.shape[0]))
     config = None
     if chosen != "v0":
-        config = forward_config(chosen, x2, weight, lora_b, bias is not None, decode_config(fwd_config))
+        config = forward_config(chosen, x2, weight, lora_b, bias is not None, override)
     return _forward(chosen, x2, weight, lora_a, lora_b, scale, bias, config)
 
 
@@ -386,13 +394,19 @@ def _backward_op(dy2, x2, weight, lora_a, lora_b, ts, scale, version, bwd_config
     """``(dX or an empty [0] tensor when not need_dx, dA, dB)``. The version is chosen again from the same
     tensors as the forward's choice (so the same one): the backward mode follows it."""
     chosen, _ = choose_version(x2, weight, lora_b, version or None)
+    dx, da, db = _backward_body(
+        chosen, dy2, x2, weight, lora_a, lora_b, ts, scale, need_dx, decode_config(bwd_config)
+    )
+    return (dx if need_dx else x2.new_empty(0)), da, db
+
+
+def _backward_body(chosen, dy2, x2, weight, lora_a, lora_b, ts, scale, need_dx, override):
+    """``(dX or None, dA, dB)`` once the version is chosen and the config decoded."""
     if x2.shape[0] == 0:
-        dx = x2.new_zeros(x2.shape if need_dx else (0,))
+        dx = x2.new_zeros(x2.shape) if need_dx else None
         return dx, lora_a.new_zeros(lora_a.shape), lora_b.new_zeros(lora_b.shape)
     mode = _EPILOGUE_BACKWARD.get(chosen, "torch")
-    override = decode_config(bwd_config)
-    dx, da, db = _backward(mode, dy2, x2, weight, lora_a, lora_b, ts, scale, need_dx, override)
-    return (dx if need_dx else x2.new_empty(0)), da, db
+    return _backward(mode, dy2, x2, weight, lora_a, lora_b, ts, scale, need_dx, override)
 
 
 def _setup_context(ctx, inputs, output):
@@ -411,11 +425,27 @@ def _autograd_backward(ctx, dy2, _dts):
 
 
 _forward_op.register_autograd(_autograd_backward, setup_context=_setup_context)
-# Eager mode: the same formula through a plain autograd.Function (kernels.library.eager_autograd: no defaults
-# filled per call, no zero gradient materialized for s·t, which only the backward reads).
-_EagerLoraLinear = eager_autograd(
-    "LoraLinearFunction", _forward_op, _setup_context, _autograd_backward, unused_outputs=(1,)
-)
+
+
+class LoraLinearFunction(torch.autograd.Function):
+    """Eager calls where nothing intercepts torch (:func:`kernels.internals.plain_eager`): the two ops' bodies
+    called directly, the version chosen once; the same formulas, without the dispatcher's cost per op call."""
+
+    @staticmethod
+    def forward(ctx, x2, weight, lora_a, lora_b, bias, scale, chosen, fwd_override, bwd_override):
+        y2, ts = _forward_body(chosen, x2, weight, lora_a, lora_b, bias, scale, fwd_override)
+        ctx.save_for_backward(x2, weight, lora_a, lora_b, ts)
+        ctx.scale, ctx.chosen, ctx.bwd_override = scale, chosen, bwd_override
+        return y2
+
+    @staticmethod
+    def backward(ctx, dy2):
+        x2, weight, lora_a, lora_b, ts = ctx.saved_tensors
+        need_dx = ctx.needs_input_grad[0]
+        dx, da, db = _backward_body(
+            ctx.chosen, dy2, x2, weight, lora_a, lora_b, ts, ctx.scale, need_dx, ctx.bwd_override
+        )
+        return dx, None, da, db, None, None, None, None, None
 
 
 def lora_linear(
@@ -448,16 +478,17 @@ def lora_linear(
     # v1's kernel indexes columns, r and K in int32 (rows in int64): an operand too large for that is copied.
     x2 = int32_offsets(as_rows(x, "x"))
     lora_a, lora_b = int32_offsets(lora_a, (0, 1)), int32_offsets(lora_b, (0, 1))
-    fwd, bwd = encode_config(fwd_config), encode_config(bwd_config)
     if torch.compiler.is_compiling():  # addresses do not exist while tracing: the op chooses at run time
         if version is not None and version not in VERSIONS:
             raise ValueError(f"lora_linear: version={version!r} is not one of {VERSIONS} (or None)")
-        y2, _ = _forward_op(x2, weight, lora_a, lora_b, bias, float(scale), version or "", fwd, bwd)
+        chosen = ""
     else:
         chosen = _chosen(x2, weight, lora_b, version, stacklevel=3)
-        inputs = (x2, weight, lora_a, lora_b, bias, float(scale), chosen, fwd, bwd)
-        if torch.is_grad_enabled() and (x2.requires_grad or lora_a.requires_grad or lora_b.requires_grad):
-            y2, _ = _EagerLoraLinear.apply(*inputs)
-        else:
-            y2, _ = _forward_op(*inputs)
+    if plain_eager(x2, weight, lora_a, lora_b, bias):  # never while compiling
+        y2 = LoraLinearFunction.apply(
+            x2, weight, lora_a, lora_b, bias, float(scale), chosen, fwd_config, bwd_config
+        )
+    else:
+        fwd, bwd = encode_config(fwd_config), encode_config(bwd_config)
+        y2, _ = _forward_op(x2, weight, lora_a, lora_b, bias, float(scale), chosen, fwd, bwd)
     return y2 if x.dim() == 2 else y2.view(*x.shape[:-1], weight.shape[0])

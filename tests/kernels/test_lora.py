@@ -242,25 +242,58 @@ def test_only_adapter_needs_grad_and_inference(seed, poison_empty):
         _close(lora_linear(x, w, ag, b, SCALE, b0), expected, 2e-5, "y (no_grad)")
 
 
+@pytest.mark.parametrize("need_dx", [True, False])
 @pytest.mark.parametrize("version", VERSIONS)
-def test_eager_autograd_is_the_registered_formula(version, seed, poison_empty):
-    # Eager lora_linear differentiates through kernels.library.eager_autograd (no generic custom-op wrapper);
-    # the op's registered autograd (what torch.compile sees) must give the same bits.
+def test_direct_eager_path_gives_the_ops_bits(version, need_dx, seed, poison_empty):
+    # Plain eager calls run the ops' bodies directly (LoraLinearFunction); the op with its registered
+    # autograd (what torch.compile and intercepted calls see) must give the same bits.
     from kernels.library import ops
 
     x, w, a, b, b0 = _inputs(6, 16, 12, 4, torch.float32)
     grad = torch.randn(6, 12, device=x.device)
-    eager = [t.clone().requires_grad_() for t in (x, a, b)]
-    y = lora_linear(eager[0], w, eager[1], eager[2], SCALE, b0, version=version)
+    direct = [x.clone().requires_grad_(need_dx), a.clone().requires_grad_(), b.clone().requires_grad_()]
+    y = lora_linear(direct[0], w, direct[1], direct[2], SCALE, b0, version=version)
     assert type(y.grad_fn).__name__ == "LoraLinearFunctionBackward"
-    registered = [t.clone().requires_grad_() for t in (x, a, b)]
-    y_op, ts = ops().lora_linear.default(
+    registered = [t.clone().requires_grad_(t.requires_grad) for t in direct]
+    y_op, _ = ops().lora_linear.default(
         registered[0], w, registered[1], registered[2], b0, SCALE, version, "", ""
     )
     assert torch.equal(y, y_op)
-    got, want = torch.autograd.grad(y, eager, grad), torch.autograd.grad(y_op, registered, grad)
-    for name, g, e in zip(("dX", "dA", "dB"), got, want, strict=True):
+    wrt = slice(0 if need_dx else 1, 3)
+    got, want = torch.autograd.grad(y, direct[wrt], grad), torch.autograd.grad(y_op, registered[wrt], grad)
+    for name, g, e in zip(("dX", "dA", "dB")[wrt], got, want, strict=True):
         assert torch.equal(g, e), name
+
+
+def test_intercepted_calls_go_through_the_op(seed):
+    # a dispatch mode, the profiler or a tensor subclass must see fused_kernels::lora_linear, not its insides
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Seen(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.add(str(func.overloadpacket))
+            return func(*args, **(kwargs or {}))
+
+    x, w, a, b, b0 = _inputs(5, 16, 8, 4, torch.float32)
+    want = lora_linear(x, w, a, b, SCALE, b0)
+    with Seen() as seen:
+        got = lora_linear(x, w, a, b, SCALE, b0)
+    assert "fused_kernels.lora_linear" in seen.ops and torch.equal(got, want)
+    with torch.profiler.profile() as prof:
+        lora_linear(x, w, a, b, SCALE, b0)
+    assert any(e.name == "fused_kernels::lora_linear" for e in prof.events())
+
+    class Sub(torch.Tensor):
+        pass
+
+    ag = a.clone().as_subclass(Sub).requires_grad_()
+    y = lora_linear(x, w, ag, b, SCALE, b0)
+    assert type(y.grad_fn).__name__ != "LoraLinearFunctionBackward"
+    assert torch.equal(y.detach().as_subclass(torch.Tensor), want)
 
 
 def test_empty_batch():
