@@ -433,3 +433,16 @@ def test_cached_launch_matches_normal_launch(version, seed):
         for got in results[1:]:
             assert all(torch.equal(g, r) for g, r in zip(got, results[0], strict=True))
     assert lora_gemm_module._launch._runners and branch_module._launch._runners
+
+
+def test_an_unknown_torch_takes_the_op(monkeypatch, seed):
+    # outside the torch versions plain_eager's probes were read in, every call takes the public op
+    import kernels.internals as internals
+
+    x, w, a, b, b0 = _inputs(5, 16, 8, 4, torch.float32)
+    ag = a.clone().requires_grad_()
+    assert type(lora_linear(x, w, ag, b, SCALE, b0).grad_fn).__name__ == "LoraLinearFunctionBackward"
+    monkeypatch.setattr(internals, "_PROBES_WORK", False)
+    y = lora_linear(x, w, ag, b, SCALE, b0)
+    assert type(y.grad_fn).__name__ != "LoraLinearFunctionBackward" and not internals.plain_eager(x)
+    assert torch.equal(y, lora_linear(x, w, a, b, SCALE, b0))
