@@ -1,9 +1,9 @@
-"""``lecture_code`` reaches torch/Triton internals only through ``lecture_code/internals.py``.
+"""``lecture_code`` and ``kernels`` reach torch/Triton internals only through their ``internals.py``.
 
 Read from the source with ``ast``: an import of a private torch module (``torch._inductor``,
 ``torch.utils._pytree``) or of Triton's runtime, backends or compiler, or an attribute chain such as
-``torch._dynamo.reset`` or ``torch.cuda._sleep``, anywhere in ``lecture_code`` but its internals module, fails
-here with the file and line. Public twins (``torch.compiler.reset``) are fine.
+``torch._dynamo.reset`` or ``torch.cuda._sleep``, anywhere in ``lecture_code`` or ``kernels`` but the
+package's internals module, fails here with the file and line. Public twins (``torch.compiler.reset``) pass.
 """
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
-HOME = ROOT / "lecture_code" / "internals.py"
 TRITON_INTERNAL = ("triton.runtime", "triton.backends", "triton.compiler")
 
 
@@ -68,11 +69,13 @@ def test_the_finder_sees_imports_and_attribute_chains():
     ]
 
 
-def test_lecture_code_uses_internals_only_through_its_internals_module():
+@pytest.mark.parametrize("package", ["lecture_code", "kernels"])
+def test_each_package_uses_internals_only_through_its_internals_module(package):
+    home = ROOT / package / "internals.py"
     offending = [
         f"{path.relative_to(ROOT)}:{line}: {name}"
-        for path in sorted((ROOT / "lecture_code").rglob("*.py"))
-        if path != HOME
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if path != home
         for line, name in internals_used(path.read_text(encoding="utf-8"))
     ]
-    assert not offending, "route these through lecture_code/internals.py:\n" + "\n".join(offending)
+    assert not offending, f"route these through {package}/internals.py:\n" + "\n".join(offending)
