@@ -481,7 +481,7 @@ def lora_linear(
     if torch.compiler.is_compiling():  # addresses do not exist while tracing: the op chooses at run time
         if version is not None and version not in VERSIONS:
             raise ValueError(f"lora_linear: version={version!r} is not one of {VERSIONS} (or None)")
-        chosen = ""
+        chosen = version or ""
     else:
         chosen = _chosen(x2, weight, lora_b, version, stacklevel=3)
     if plain_eager(x2, weight, lora_a, lora_b, bias):  # never while compiling

@@ -81,6 +81,23 @@ def test_apply_lora_fused_compiles_to_one_graph(seed):
     assert backend.graphs == 1
 
 
+def test_a_version_asked_for_reaches_the_op_under_compile(seed, monkeypatch):
+    # while tracing lora_linear cannot choose (no addresses): the op chooses at run time, from the version given
+    import kernels.lora.linear as linear
+
+    seen = []
+    real = linear._chosen
+    monkeypatch.setattr(linear, "_chosen", lambda x2, w, b, version, stacklevel: seen.append(version) or real(
+        x2, w, b, version, stacklevel))  # fmt: skip
+    x, w = torch.randn(6, 16, device=DEVICE), torch.randn(12, 16, device=DEVICE)
+    a, b = torch.randn(4, 16, device=DEVICE), torch.randn(12, 4, device=DEVICE)
+    f = torch.compile(
+        lambda x: linear.lora_linear(x, w, a, b, 0.5, version="v1"), backend="aot_eager", fullgraph=True
+    )
+    torch.testing.assert_close(f(x), linear.lora_linear(x, w, a, b, 0.5, version="v1"))
+    assert seen and all(v == "v1" for v in seen), seen
+
+
 def _tiny_fused_dlrm(seed: int, device=DEVICE):
     torch.manual_seed(seed)
     tables = (7, 5, 11, 3)
