@@ -82,7 +82,7 @@ def test_apply_lora_fused_compiles_to_one_graph(seed):
 
 
 def test_a_version_asked_for_reaches_the_op_under_compile(seed, monkeypatch):
-    # while tracing lora_linear cannot choose (no addresses): the op chooses at run time, from the version given
+    # while tracing, lora_linear cannot choose (no addresses): the op chooses at run time from this version
     import kernels.lora.linear as linear
 
     seen = []
