@@ -7,6 +7,11 @@ linear on the same inputs − 1; ``fwd`` is the forward alone, ``fwd+bwd`` adds 
 - ``eager``: ``kernels.reference.lora_linear`` under autograd (PEFT's formula);
 - ``torch.compile``: the same function compiled (default mode);
 - ``peft``: ``peft``'s LoRA ``Linear`` layer (dropout 0), where peft is importable;
+- ``NeMo's fused Triton LoRA``: NeMo Automodel's ``TritonLinearLoRA`` (its ``use_triton`` layer, dropout 0):
+  its own Triton kernels forward and backward, from the files ``python -m benchmarks.fetch_peers`` extracts
+  from the pinned wheel into ``build/peers/`` (:mod:`benchmarks.peer_nemo`; on a GPU machine without a
+  package registry, fetch elsewhere and carry ``build/peers`` along). Where they are missing or do not run,
+  the printout's ``[skipped]`` lines say why;
 - ``unsloth-style``: ``kernels.reference.lora_linear_unsloth_order`` (``out.addmm_``, hand-written backward);
 - ``v0`` … ``v3``: the ladder of ``kernels.lora.linear.lora_linear`` (see that module);
 - ``ours, reduce-overhead`` (GPU, with ``torch.compile``): ``lora_linear`` (its default version) compiled
@@ -19,11 +24,12 @@ overhead, the peak memory the call allocates beyond its inputs (MB), the host µ
 (``lecture_code.bench.wall_us``: synchronized before and after, so the slower of host and device sets it).
 
 At ``GRAPH_SHAPES`` (the 512- and 16-row shapes, where every call spends longer on the host than on the
-GPU) and in ``--quick`` runs on a GPU, every provider but the two compiled ones (``COMPILED``) is also
-captured in a CUDA graph (``lecture_code.bench.graphed``) and replayed: rows ``<provider> (graph)``, their
-overhead against the graphed base. :func:`verdicts` compares the ladder with the other providers by device
-time, by wall time per call without graphs, and by wall time per call among the graphed rows.
+GPU) and in ``--quick`` runs on a GPU, every provider but the two compiled ones (``COMPILED``), NeMo's too, is
+also captured in a CUDA graph (``lecture_code.bench.graphed``) and replayed: rows ``<provider> (graph)``,
+their overhead against the graphed base. :func:`verdicts` compares the ladder with the other providers by
+device time, by wall time per call without graphs, and by wall time per call among the graphed rows.
 
+    python -m benchmarks.fetch_peers              # once, where pip reaches a registry: NeMo's kernel files
     python -m benchmarks.bench_lora               # GPU: the five shapes of RESULTS.md's LoRA table
     python -m benchmarks.bench_lora --quick       # tiny sizes (CPU: Triton runs in the interpreter)
     python -m benchmarks.bench_lora --results-dir benchmarks/results/tmp   # a trial run (git-ignored)
@@ -40,6 +46,7 @@ from pathlib import Path
 import torch
 
 import kernels  # noqa: F401  (decides the runtime mode first)
+from benchmarks import peer_nemo
 from kernels import reference, runtime
 from kernels.lora.linear import lora_linear
 from lecture_code import bench as bu
@@ -55,6 +62,9 @@ GRAPH = " (graph)"  # suffix of the graphed providers' names
 VERSIONS = ("v0", "v1", "v2", "v3")
 OURS = (*VERSIONS, REDUCE_OVERHEAD)  # what the verdicts count as ours
 COMPILED = ("torch.compile", REDUCE_OVERHEAD)  # compiled providers: never captured in a graph by hand
+# NeMo's provider: named as in lecture_code.results.workloads.lora.PUBLIC_KERNELS, the column RESULTS.md fills
+NEMO = "NeMo's fused Triton LoRA"
+PEERS = (NEMO,)  # loaded from fetched files: one that fails or answers wrong here is a reason, not a crash
 ALPHA = 32.0
 
 
@@ -75,8 +85,27 @@ def _peft_layer(w: torch.Tensor, a: torch.Tensor, b: torch.Tensor, r: int):
     return layer
 
 
-def providers(w, a, b, r, compile_: bool) -> dict:
-    """name → f(x, a, b) for the LoRA linear (a, b the trainable adapter tensors; peft holds its own)."""
+def _nemo_provider(w: torch.Tensor, a: torch.Tensor, b: torch.Tensor):
+    """NeMo's ``TritonLinearLoRA`` as f(x, a, b) (its own A, B, copied in: ``f.adapter``), or None and the
+    reason it cannot run here."""
+    lora, why = peer_nemo.load()
+    if lora is None:
+        return None, why
+    try:
+        layer = peer_nemo.layer(lora, w, a, b, ALPHA)
+    except Exception as e:  # noqa: BLE001 — a peer that cannot be built here: say why, time the others
+        return None, f"NeMo's TritonLinearLoRA cannot be built here ({type(e).__name__}: {e})"
+
+    def call(x, a, b):
+        return layer(x)
+
+    call.adapter = [layer.lora_A.weight, layer.lora_B.weight]
+    return call, None
+
+
+def providers(w, a, b, r, compile_: bool) -> tuple[dict, list[str]]:
+    """name → f(x, a, b) for the LoRA linear (a, b the trainable adapter tensors; peft and NeMo hold their
+    own), and the reasons for providers left out."""
     s = ALPHA / r
     out = {
         "eager": lambda x, a, b: reference.lora_linear(x, w, a, b, s),
@@ -89,11 +118,14 @@ def providers(w, a, b, r, compile_: bool) -> dict:
     if peft is not None:
         out["peft"] = lambda x, a, b: peft(x)  # its own A, B parameters (same values)
         out["peft"].adapter = [p for p in peft.parameters() if p.requires_grad]
+    nemo, why = _nemo_provider(w, a, b)
+    if nemo is not None:
+        out[NEMO] = nemo
     for v in VERSIONS:
         out[v] = lambda x, a, b, v=v: lora_linear(x, w, a, b, s, version=v)
     if compile_ and w.is_cuda:
         out[REDUCE_OVERHEAD] = _reduce_overhead(lambda x, a, b: lora_linear(x, w, a, b, s))
-    return out
+    return out, [] if nemo is not None else [f"{NEMO}: {why}"]
 
 
 def _reduce_overhead(fn):
@@ -161,7 +193,8 @@ def _inputs(M, K, N, r, dtype, device) -> tuple[torch.Tensor, ...]:
 
 def run_shape(M, K, N, r, dtype, device, compile_: bool, graphs: bool = False) -> tuple[list, list[str]]:
     """Rows of (shape, pass, provider) timings, and the reasons for rows not measured (a compiled provider
-    that failed to compile or run; graphs: also the CUDA-graph rows)."""
+    that failed to compile or run; a peer missing, failing or wrong here; graphs: also the CUDA-graph
+    rows)."""
     x, w, a, b, dy = _inputs(M, K, N, r, dtype, device)
     xg, ag, bg = (t.clone().requires_grad_() for t in (x, a, b))
 
@@ -171,25 +204,30 @@ def run_shape(M, K, N, r, dtype, device, compile_: bool, graphs: bool = False) -
     def base_fwd_bwd():
         return torch.autograd.grad(torch.nn.functional.linear(xg, w), (xg,), dy)
 
-    rows, timed, shape, failed = [], [], f"{M}x{K}x{N} r{r}", []
+    rows, timed, shape = [], [], f"{M}x{K}x{N} r{r}"
+    fns, skipped = providers(w, a, b, r, compile_)
+    failed = [f"{shape}: {why}" for why in skipped]
     base = {"fwd": bu.median_ms(base_fwd, device), "fwd+bwd": bu.median_ms(base_fwd_bwd, device)}
     for pass_, fn in (("fwd", base_fwd), ("fwd+bwd", base_fwd_bwd)):
         rows.append({"shape": shape, "pass": pass_, "provider": BASE, "ms": base[pass_],
                      "overhead %": 0.0, "peak MB": _peak_mb(fn, device),
                      "host us": bu.host_us(fn, device), "wall us": bu.wall_us(fn, device)})  # fmt: skip
         timed.append((pass_, BASE, fn))
-    for name, f in providers(w, a, b, r, compile_).items():
+    for name, f in fns.items():
         with torch.no_grad():
             ref = reference.lora_linear(x.float(), w.float(), a.float(), b.float(), ALPHA / r)
             try:
                 got = f(x, a, b).float()
-            except Exception as e:  # noqa: BLE001 — a compiler that cannot take it: say why, time the others
-                if name not in COMPILED:
+            except Exception as e:  # noqa: BLE001 — a compiler or a peer that cannot take it: say why
+                if name not in COMPILED + PEERS:
                     raise
                 failed.append(f"{shape}: {name}: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
                 continue
         err = ((got - ref).norm() / ref.norm()).item()
-        if not err < 2e-2:  # never time a wrong answer
+        if not err < 2e-2 and name in PEERS:  # never time a wrong answer; a peer's is reported
+            failed.append(f"{shape}: {name}: relative error {err:.3g} against the fp32 reference: not timed")
+            continue
+        if not err < 2e-2:
             raise AssertionError(f"{name} at {shape}: relative error {err:.3g} against the fp32 reference")
 
         def fwd(f=f):
@@ -200,7 +238,13 @@ def run_shape(M, K, N, r, dtype, device, compile_: bool, graphs: bool = False) -
             return torch.autograd.grad(y, (xg, *getattr(f, "adapter", (ag, bg))), dy)
 
         for pass_, fn in (("fwd", fwd), ("fwd+bwd", fwd_bwd)):
-            ms = bu.median_ms(fn, device)
+            try:
+                ms = bu.median_ms(fn, device)
+            except Exception as e:  # noqa: BLE001 — a peer's backward that fails here: say why
+                if name not in PEERS:
+                    raise
+                failed.append(f"{shape} {pass_}: {name}: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+                break
             rows.append({"shape": shape, "pass": pass_, "provider": name, "ms": ms,
                          "overhead %": 100 * (ms / base[pass_] - 1), "peak MB": _peak_mb(fn, device),
                          "host us": bu.host_us(fn, device), "wall us": bu.wall_us(fn, device)})  # fmt: skip
@@ -226,10 +270,10 @@ def _best(rows: list[dict], names, column: str, graph: bool) -> tuple[str, float
 
 def verdicts(rows: list[dict]) -> list[dict]:
     """Per (shape, pass): the ladder's best version against the best other provider (eager, torch.compile,
-    peft, unsloth-style), three ways: by device time (overhead %), by wall µs per call in a loop without
-    graphs, and by wall µs per call among the CUDA-graph rows (captured by hand, or by inductor: ours,
-    reduce-overhead). "not measured" where a row or column is
-    missing (an older CSV, a shape without graph rows)."""
+    peft, unsloth-style, NeMo's), three ways: by device time (overhead %), by wall µs per call in a loop
+    without graphs, and by wall µs per call among the CUDA-graph rows (captured by hand, or by inductor: ours,
+    reduce-overhead). "not measured" where a row or column is missing (an older CSV, a shape without graph
+    rows)."""
     out = []
     for shape, pass_ in dict.fromkeys((r["shape"], r["pass"]) for r in rows):
         sel = [r for r in rows if (r["shape"], r["pass"]) == (shape, pass_)]

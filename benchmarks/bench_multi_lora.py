@@ -12,13 +12,16 @@ T = 16 … 16384) and sweeps adapters, rank and slices around it. Providers (eve
 - ``torch loop``: one pass per adapter (``kernels.reference.multi_lora_loop_``, a host sync per adapter);
 - ``torch gather+bmm``: every token's weights gathered, two ``bmm`` (``multi_lora_gather_bmm_``), eager and
   in a CUDA graph; skipped where the gathered weights exceed ``GATHER_LIMIT_MB``;
-- ``vllm``: vLLM's Triton ``lora_shrink`` + ``lora_expand`` where vLLM is importable (else a printed reason).
+- ``vllm``, ``vllm (graph)``: vLLM's ``lora_shrink`` + ``lora_expand``, eager and in a CUDA graph
+  (:mod:`benchmarks.peer_vllm`: vLLM where installed, else the kernel files fetched into ``build/peers/``:
+  carry that folder to a GPU machine without a registry); where they cannot run, a printed reason says why.
 
 Columns: median device time in µs (``lecture_code.bench.median_ms``: host hidden, L2 flushed), host µs per
 call, effective GB/s on the bytes that must move (x read, y read and written, the weights of adapters that
 have tokens) and that as % of the measured copy reference for the same bytes; RESULTS.md's goal and
 whether ``ours`` met it.
 
+    python -m benchmarks.fetch_peers                 # once, where pip reaches a registry: vLLM's kernel files
     python -m benchmarks.bench_multi_lora            # GPU: the goals' table + the sweep
     python -m benchmarks.bench_multi_lora --quick    # tiny sizes (CPU: Triton runs in the interpreter)
     python -m benchmarks.bench_multi_lora --results-dir benchmarks/results/tmp   # a trial run (git-ignored)
@@ -71,26 +74,20 @@ def goal_bounds() -> dict[int, tuple[float | None, float | None]]:
 GOALS = goal_bounds()
 
 
-def _vllm_provider(x, a, b, ids, widths):
-    """vLLM's shrink + expand as one call, or the reason it cannot run here."""
-    try:
-        from vllm.lora.ops.triton_ops import LoRAKernelMeta, lora_expand, lora_shrink
-    except Exception as e:  # noqa: BLE001 — any import failure is a reason to skip
-        return None, f"vLLM not importable ({type(e).__name__}: {e})"
-    try:
-        T, L, r = x.shape[0], a[0].shape[0], a[0].shape[1]
-        meta = LoRAKernelMeta.make(max_loras=L, max_num_tokens=T, device=x.device)
-        meta.prepare_tensors(ids)
-        buf = torch.empty((len(widths), T, r), device=x.device, dtype=torch.float32)
+def _vllm_provider(x, a, b, ids):
+    """vLLM's shrink + expand as one call (:func:`benchmarks.peer_vllm.add_lora`), or the reason it cannot run
+    here (not installed nor fetched, a dtype its kernels refuse, an API that moved)."""
+    from benchmarks import peer_vllm
 
-        def run(y):
-            lora_shrink(x, list(a), buf, *meta.meta_args(T), SCALE)
-            lora_expand(buf, list(b), y, *meta.meta_args(T), offset_start=0, add_inputs=True)
-            return y
-
-        return run, None
+    ops, why = peer_vllm.installed_or_fetched()
+    if ops is None:
+        return None, why
+    if x.dtype not in (torch.float16, torch.bfloat16):
+        return None, f"vLLM's kernels take float16 or bfloat16, not {str(x.dtype).removeprefix('torch.')}"
+    try:
+        return peer_vllm.add_lora(ops, x, list(a), list(b), ids, SCALE), None
     except Exception as e:  # noqa: BLE001 — an API that moved: report, do not guess
-        return None, f"vLLM's API differs here ({type(e).__name__}: {e})"
+        return None, f"vLLM's API differs here ({ops.source}; {type(e).__name__}: {e})"
 
 
 def providers(y, x, a, b, ids, widths, device) -> tuple[dict, list[str]]:
@@ -124,9 +121,17 @@ def providers(y, x, a, b, ids, widths, device) -> tuple[dict, list[str]]:
         )
         if "torch gather+bmm" in out:
             out["torch gather+bmm (graph)"] = bu.graphed(out["torch gather+bmm"], device)
-    run, why = _vllm_provider(x, a, b, ids, widths)
+    run, why = _vllm_provider(x, a, b, ids)
     if run is not None:
-        out["vllm"] = lambda: run(y)
+        name = "vllm"
+        try:  # a peer: checked here, so a failure or a wrong answer is a reason to leave it out, not a crash
+            _check(name, lambda: run(y), y, y.clone(), x, a, b, ids, one)
+            out[name] = lambda: run(y)
+            if bu.on_gpu(device):
+                name = "vllm (graph)"
+                out[name] = bu.graphed(out["vllm"], device)
+        except Exception as e:  # noqa: BLE001
+            skipped.append(f"{name}: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
     else:
         skipped.append(f"vllm: {why}")
     return out, skipped

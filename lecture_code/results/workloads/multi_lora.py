@@ -17,7 +17,7 @@ from lecture_code.results.sources import ResultFile
 __all__ = ["BASELINES", "GOAL_SHAPES", "OURS", "build"]
 
 OURS = "ours"
-BASELINES = ("vllm", "torch gather+bmm", "torch gather+bmm (graph)", "torch loop")
+BASELINES = ("vllm", "vllm (graph)", "torch gather+bmm", "torch gather+bmm (graph)", "torch loop")
 GOAL_SHAPES = {T: f"T={T} L=8 r=16 N=4096" for T in (16, 256, 4096, 16384)}  # bench_multi_lora.GOAL_SHAPES
 _COLUMN = {"µs": "us", "% copy": "% copy"}
 
