@@ -15,6 +15,12 @@ a device-side assert poisons a process's CUDA context, and must cost only its ow
 CSV + PNG under benchmarks/results/dlrm_step/, stamped with device, versions, date.
 ``--time-limit`` (seconds, default 200) stops building further implementations once passed; those rows are
 saved with the reason in ``error``. An implementation that fails is a row with its error, never a crash.
+
+A bf16-MLP row (GPU) is also checked for what it learns: after its timing, it and fp32 eager train from one
+seed on the synthetic Criteo data for ``--auc-steps`` steps (default 300, evaluated every ``--auc-every``;
+:func:`lecture_code.perf.auc_trajectory.auc_gap_vs_eager`), and its rows get ``auc_gap``, the largest
+|holdout AUC difference|, and ``auc_steps`` (RESULTS.md's goal: ≤ 1e-3 over 300 steps). ``--auc-steps 0``
+skips it.
 """
 
 from __future__ import annotations
@@ -34,12 +40,13 @@ import torch
 import kernels  # noqa: F401  (decides the runtime mode first: TRITON_INTERPRET=1 before triton loads, on a CPU)
 from lecture_code import bench as bu
 from lecture_code.model import DLRMConfig
+from lecture_code.perf.auc_trajectory import auc_gap_vs_eager, criteo_batches
 from lecture_code.perf.dlrm_step import GPU_ONLY, IMPLEMENTATIONS, StepMeasurement, make_batches, measure
 from lecture_code.perf.kaggle_tables import kaggle_tables
 
 COLUMNS = [
     "implementation", "ids", "ms_per_step", "ms_min", "ms_max", "gpu_ms", "host_ms", "samples_per_s",
-    "state_mib", "peak_mib", "syncs_per_step", "host_clean", "error",
+    "state_mib", "peak_mib", "syncs_per_step", "host_clean", "auc_gap", "error",
 ]  # fmt: skip
 
 
@@ -83,6 +90,9 @@ def _isolated(names: list[str], args, device: torch.device, start: float) -> lis
                    "--rows-json", str(out), "--time-limit", str(max(left, 1.0))]  # fmt: skip
             if args.batch_size:
                 cmd += ["--batch-size", str(args.batch_size)]
+            for option in ("auc_steps", "auc_every"):  # the bf16 rows' AUC check, as asked
+                if getattr(args, option, None) is not None:
+                    cmd += ["--" + option.replace("_", "-"), str(getattr(args, option))]
             done = subprocess.run(cmd, capture_output=True, text=True)
             print(done.stdout, end="")
             if done.returncode == 0 and out.exists():
@@ -95,6 +105,29 @@ def _isolated(names: list[str], args, device: torch.device, start: float) -> lis
         for ids in ("uniform", "zipf"):
             rows.append(asdict(StepMeasurement(name, ids, nan, nan, nan, None, nan, nan, None, None, why)))
     return rows
+
+
+def add_auc_gaps(rows: list[dict], config: DLRMConfig, device: torch.device, batch: int, args, deadline):
+    """Each bf16 row that ran: train it and fp32 eager side by side (module docstring), its ``auc_gap`` and
+    ``auc_steps`` set on its rows of both id distributions; past ``deadline`` it is skipped, said so."""
+    checked = [n for n in dict.fromkeys(r["implementation"] for r in rows if not r["error"]) if "bf16" in n]
+    if not checked or args.auc_steps < 1:
+        return
+    train, holdout = criteo_batches(batch, device)
+    for name in checked:
+        if time.monotonic() > deadline:
+            print(f"{name!r}: AUC check skipped, past the time limit")
+            continue
+        t0 = time.monotonic()
+        got = auc_gap_vs_eager(
+            name, config, device, train, holdout, steps=args.auc_steps, every=args.auc_every
+        )
+        print(f"{name!r} against fp32 eager, {args.auc_steps} steps: max |Δ AUC| {got['max |Δ AUC|']:.2e} "
+              f"(last AUC {got['auc'][-1]:.4f}, eager's {got['reference_auc'][-1]:.4f}) "
+              f"in {time.monotonic() - t0:.0f} s")  # fmt: skip
+        for r in rows:
+            if r["implementation"] == name:
+                r.update(auc_gap=got["max |Δ AUC|"], auc_steps=args.auc_steps)
 
 
 def results_folder(batch: int, quick: bool) -> str:
@@ -113,6 +146,8 @@ def main(argv=None) -> list[dict]:
     p.add_argument(
         "--together", action="store_true", help="GPU: all implementations in this process (interleaved)"
     )
+    p.add_argument("--auc-steps", type=int, default=300, help="bf16 rows: steps of the AUC check (0: none)")
+    p.add_argument("--auc-every", type=int, default=50, help="bf16 rows: evaluate the AUC every N steps")
     p.add_argument("--rows-json", type=Path, help=argparse.SUPPRESS)  # a child of _isolated: rows go here
     args = p.parse_args(argv)
     start = time.monotonic()
@@ -136,6 +171,7 @@ def main(argv=None) -> list[dict]:
         batches = {ids: make_batches(config, batch, 4, device, ids=ids) for ids in ("uniform", "zipf")}
         results = measure(names, config, device, batches, deadline=start + args.time_limit, **timing)
         rows = [asdict(r) for r in results]
+        add_auc_gaps(rows, config, device, batch, args, deadline=start + args.time_limit)
     rows = [{**r, "batch": batch, "preset": preset} for r in rows]
     if args.rows_json is not None:
         args.rows_json.write_text(json.dumps(rows))

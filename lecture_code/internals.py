@@ -227,6 +227,12 @@ def gpu_sleep(cycles: int) -> None:
     torch.cuda._sleep(cycles)
 
 
+def foreach_copy_(targets: list[torch.Tensor], sources: list[torch.Tensor]) -> None:
+    """``torch._foreach_copy_(targets, sources)``: each source copied into its target (casting to the
+    target's dtype) by one multi-tensor kernel on a GPU, where a ``copy_`` each would launch one per pair."""
+    torch._foreach_copy_(targets, sources)
+
+
 # --- triton internals --------------------------------------------------------------------------------------
 @functools.cache
 def triton_compile_api() -> tuple[type, type]:
@@ -306,6 +312,7 @@ __all__ = [
     "dynamo_explain",
     "dynamo_graph_break_errors",
     "dynamo_logger",
+    "foreach_copy_",
     "fresh_inductor_cache",
     "gpu_sleep",
     "gpu_sleep_available",

@@ -35,6 +35,12 @@ order the lecture applies them (each a named builder, validated against eager in
   alpha=−lr)`` on a side stream (two, alternating between consecutive layers), beside the chain of dX GEMMs
   (:mod:`lecture_code.perf.mlp_sgd_in_backward`); the loss (forward and backward: about 15 tiny kernels
   eager) and the modulus hash (six) compiled; the step joins the streams after backward.
+- ``fused + MLP SGD in backward, atomic SGD, bf16 MLPs, CUDA graph``: that step in mixed precision: the
+  MLPs' GEMMs and activations in bf16, on bf16 copies of the fp32 master weights refreshed once per step; the
+  updates, the tables and their SGD, the interaction and the loss in fp32
+  (:mod:`lecture_code.perf.bf16_mlps` says how, and why not ``torch.autocast``). Its holdout AUC is checked
+  against fp32 eager's over a training run (:mod:`lecture_code.perf.auc_trajectory`; the benchmark's
+  ``auc_gap`` column).
 
 :func:`measure` times them interleaved (:func:`~lecture_code.perf.step_timing.time_interleaved`: wall time
 per step in a loop that never syncs, its spread over repeats) and, separately, GPU time and host time with
@@ -60,6 +66,7 @@ from lecture_code.data import Batch
 from lecture_code.environment import matmul_precision
 from lecture_code.model import DLRM, DLRMConfig
 from lecture_code.model import fused as _fused  # noqa: F401  (define the Triton kernels outside `with device`)
+from lecture_code.perf.bf16_mlps import bf16_mlps_with_sgd_in_backward
 from lecture_code.perf.gpu_memory import allocate_shared_workspaces, footprint_bytes
 from lecture_code.perf.mlp_sgd_in_backward import sgd_in_backward
 from lecture_code.perf.step_host_time import (
@@ -95,6 +102,7 @@ IMPLEMENTATIONS = (
     "fused + MLP SGD in backward, atomic SGD, CUDA graph",
     "fused + compiled MLPs, atomic SGD, TF32, CUDA graph",
     "fused + MLP SGD in backward, atomic SGD, TF32, CUDA graph",
+    "fused + MLP SGD in backward, atomic SGD, bf16 MLPs, CUDA graph",
 )
 GPU_ONLY = {name for name in IMPLEMENTATIONS if "CUDA graph" in name}
 COMPILES = {name for name in IMPLEMENTATIONS if "compile" in name}
@@ -184,7 +192,8 @@ def _build_step(name: str, config: DLRMConfig, device: torch.device, example: Ba
     else:
         opts = make_optimizers(model, "sgd", lr)
     if "MLP SGD in backward" in name:  # no torch optimizer at all: every update runs inside backward
-        join = sgd_in_backward(model, lr)  # the two MLPs' layers (the model's only nn.Linear)
+        # the two MLPs' layers (the model's only nn.Linear); bf16 GEMMs on copies of fp32 masters
+        join = bf16_mlps_with_sgd_in_backward(model, lr) if "bf16" in name else sgd_in_backward(model, lr)
         model.sparse_arch.hashes.compile()  # six elementwise kernels → one, at the head of the forward
         loss_fn = torch.compile(nn.functional.binary_cross_entropy_with_logits)
         step = make_graphed_train_step(model, (None, None), example, loss_fn=loss_fn, after_backward=join)
@@ -267,6 +276,10 @@ class StepMeasurement(StepResult):
     host_timer: str = ""
     # the lines of one step that made the host wait, "; "-separated (step_host_time.sync_sites)
     sync_sites: str = ""
+    # largest |holdout AUC − fp32 eager's| over a training run of auc_steps steps (auc_trajectory; the same
+    # on both id rows: the run trains on the synthetic Criteo data); NaN and 0: not checked
+    auc_gap: float = math.nan
+    auc_steps: int = 0
 
 
 def load_results(records: Sequence[dict]) -> list[StepMeasurement]:

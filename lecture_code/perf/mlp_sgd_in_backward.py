@@ -28,6 +28,16 @@ match the compiled-MLP step's to 5·10⁻⁷ (updates of 2·10⁻²).
 Plain SGD only (no momentum or weight decay: their state would need a pass of its own), and ``lr`` is a
 number fixed when a graph is captured (``alpha`` is recorded with the launch). The wrapped layers keep the
 ``nn.Linear``'s parameters, so state-dict keys do not change; their ``.grad`` stays ``None``.
+
+**Mixed precision** (``compute_dtype``, e.g. ``torch.bfloat16``: :mod:`lecture_code.perf.bf16_mlps`). The
+parameters stay fp32, the master weights, and so does their update; the GEMMs run on copies in
+``compute_dtype`` (``weight_copy``, ``bias_copy``: plain attributes, outside the state dict), which a forward
+pre-hook on the wrapped module refreshes from the masters at the start of every forward, all in one
+``torch._foreach_copy_``. A layer casts its input to ``compute_dtype`` (a no-op after the first layer) and
+returns its output in it; its backward returns dX in the input's dtype. The update is then ``dW = gᵀ x`` in
+``compute_dtype`` (fp32 accumulation inside the GEMM, the result rounded, as autocast's weight gradients are)
+added into the fp32 W (``W.add_(dW, alpha=−lr)``: two kernels where fp32 has one ``addmm_``), and ``Σ g``
+summed into fp32 for the bias.
 """
 
 from __future__ import annotations
@@ -38,11 +48,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lecture_code.internals import foreach_copy_
+
 __all__ = ["LinearSGDInBackward", "sgd_in_backward"]
 
 
 def _bias_sgd(bias: torch.Tensor, grad: torch.Tensor, lr: float) -> None:
-    bias.sub_(grad.sum(0), alpha=lr)
+    bias.sub_(grad.sum(0, dtype=bias.dtype), alpha=lr)  # a bf16 gradient summed into fp32
 
 
 # One reduction kernel that writes b (eager: a sum, then a sub); dynamic: one compilation for every width
@@ -55,6 +67,9 @@ class _LinearSGD(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, layer):
+        weight, bias = layer.matmul_operands()  # the parameters, or their copies in the compute dtype
+        ctx.input_dtype = x.dtype
+        x = x.to(weight.dtype)  # a no-op but at a mixed-precision MLP's first layer
         ctx.save_for_backward(x)
         ctx.layer = layer
         return F.linear(x, weight, bias)
@@ -63,7 +78,8 @@ class _LinearSGD(torch.autograd.Function):
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
         layer = ctx.layer
-        dx = grad @ layer.weight if ctx.needs_input_grad[0] else None  # enqueued before the update
+        weight = layer.matmul_operands()[0]
+        dx = (grad @ weight).to(ctx.input_dtype) if ctx.needs_input_grad[0] else None  # before the update
         layer.apply_sgd(grad.reshape(-1, grad.shape[-1]), x.reshape(-1, x.shape[-1]))
         return dx, None, None, None
 
@@ -71,13 +87,36 @@ class _LinearSGD(torch.autograd.Function):
 class LinearSGDInBackward(nn.Module):
     """An ``nn.Linear``'s parameters whose backward applies SGD (``lr``) to them: on ``stream`` beside the
     current one (a GPU), or on the current stream if None. Its parameters must require grad (that is what
-    makes autograd run the backward)."""
+    makes autograd run the backward). ``compute_dtype``: the GEMMs' dtype when it is not the parameters'
+    (module docstring: mixed precision), on copies that :func:`sgd_in_backward`'s pre-hook refreshes."""
 
-    def __init__(self, linear: nn.Linear, lr: float, stream: torch.cuda.Stream | None = None):
+    def __init__(
+        self,
+        linear: nn.Linear,
+        lr: float,
+        stream: torch.cuda.Stream | None = None,
+        compute_dtype: torch.dtype | None = None,
+    ):
         super().__init__()
         self.weight, self.bias = linear.weight, linear.bias
         self.lr = float(lr)
         self.stream = stream
+        low = compute_dtype is not None and compute_dtype != linear.weight.dtype
+        self.weight_copy = linear.weight.detach().to(compute_dtype) if low else None
+        self.bias_copy = None if not low or linear.bias is None else linear.bias.detach().to(compute_dtype)
+
+    def matmul_operands(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The weight and bias the GEMMs read: the parameters, or their copies in the compute dtype."""
+        if self.weight_copy is None:
+            return self.weight, self.bias
+        return self.weight_copy, self.bias_copy
+
+    def copies_and_masters(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """``(copy, parameter)`` pairs to refresh before a forward (none at the parameters' own dtype)."""
+        if self.weight_copy is None:
+            return []
+        pairs = [(self.weight_copy, self.weight.detach())]
+        return pairs + ([] if self.bias is None else [(self.bias_copy, self.bias.detach())])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return _LinearSGD.apply(x, self.weight, self.bias, self)
@@ -95,7 +134,10 @@ class LinearSGDInBackward(nn.Module):
         x.record_stream(self.stream)
 
     def _sgd(self, grad, x, bias_sgd) -> None:
-        self.weight.addmm_(grad.t(), x, alpha=-self.lr)
+        if grad.dtype == self.weight.dtype:
+            self.weight.addmm_(grad.t(), x, alpha=-self.lr)
+        else:  # dW in the compute dtype (fp32 accumulation inside the GEMM), the update in fp32
+            self.weight.add_(grad.t() @ x, alpha=-self.lr)
         if self.bias is not None:
             bias_sgd(self.bias.detach(), grad, self.lr)  # the same storage, updated in place
 
@@ -106,13 +148,18 @@ class LinearSGDInBackward(nn.Module):
 
     def extra_repr(self) -> str:
         out_features, in_features = self.weight.shape
-        return f"in_features={in_features}, out_features={out_features}, lr={self.lr}"
+        low = "" if self.weight_copy is None else f", compute_dtype={self.weight_copy.dtype}"
+        return f"in_features={in_features}, out_features={out_features}, lr={self.lr}{low}"
 
 
-def sgd_in_backward(module: nn.Module, lr: float, streams: int = 2) -> Callable[[], None]:
+def sgd_in_backward(
+    module: nn.Module, lr: float, streams: int = 2, compute_dtype: torch.dtype | None = None
+) -> Callable[[], None]:
     """Replace every ``nn.Linear`` inside ``module`` by a :class:`LinearSGDInBackward` (in place), the i-th
     on side stream ``i % streams`` on a GPU; return ``join``, to call after each ``loss.backward()`` and
-    before anything reads the weights."""
+    before anything reads the weights. ``compute_dtype`` (mixed precision, module docstring): the layers'
+    GEMMs in that dtype, their copies refreshed by a forward pre-hook on ``module`` (so only a forward of
+    ``module`` itself refreshes them)."""
     if streams < 1:
         raise ValueError(f"sgd_in_backward: streams must be at least 1, got {streams}")
     linears = [
@@ -127,9 +174,18 @@ def sgd_in_backward(module: nn.Module, lr: float, streams: int = 2) -> Callable[
     side = [torch.cuda.Stream(weight.device) for _ in range(streams)] if weight.is_cuda else [None]
     layers = []
     for i, (parent, name, child) in enumerate(linears):
-        layer = LinearSGDInBackward(child, lr, side[i % len(side)])
+        layer = LinearSGDInBackward(child, lr, side[i % len(side)], compute_dtype)
         setattr(parent, name, layer)
         layers.append(layer)
+    pairs = [pair for layer in layers for pair in layer.copies_and_masters()]
+    if pairs:
+        copies, masters = (list(t) for t in zip(*pairs, strict=True))
+
+        @torch.no_grad()
+        def refresh_copies(*_) -> None:  # one multi-tensor kernel for all the layers' copies
+            foreach_copy_(copies, masters)
+
+        module.register_forward_pre_hook(refresh_copies)
 
     def join() -> None:
         for layer in layers[: len(side)]:  # the first layer on each side stream

@@ -38,7 +38,9 @@ def compare_with_eager(
     the largest |loss difference| over the steps, the largest |difference of the tables' updates|, and the
     largest table update (the scale those differences are small against). A ``TF32`` row is compared with
     eager run under TF32 too (``matmul_precision("high")``: eager reads the setting at every call), since its
-    products round differently from fp32's. A graph step's warm-up steps are undone when it is built, so the
+    products round differently from fp32's. A ``bf16`` row (bf16 MLPs) has no eager twin: it is compared
+    with fp32 eager, and differs by bf16's rounding (``against`` says so; its check is what it learns:
+    :mod:`lecture_code.perf.auc_trajectory`). A graph step's warm-up steps are undone when it is built, so the
     updates are counted from after building."""
     precision = "high" if "TF32" in name else "highest"
 
@@ -53,7 +55,8 @@ def compare_with_eager(
     (losses, update), (ref_losses, ref_update) = run(name), run("eager, dense grads")
     return {
         "implementation": name,
-        "against": "eager, dense grads" + (" (TF32)" if precision == "high" else ""),
+        "against": "eager, dense grads"
+        + (" (TF32)" if precision == "high" else " (fp32: its MLPs round to bf16)" if "bf16" in name else ""),
         "steps": len(batches),
         "max |Δ loss|": (losses - ref_losses).abs().max().item(),
         "max |Δ table update|": (update - ref_update).abs().max().item(),

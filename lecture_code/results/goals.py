@@ -65,6 +65,24 @@ GOALS: tuple[Goal, ...] = (
         ">=",
         2.0,
     ),
+    # mixed precision: the fp32 goal above is out of reach (the step's fp32 MLP GEMMs alone take ≈ 0.33 ms on
+    # cuBLAS); the bf16-MLP step (fp32 tables, master weights and loss) is held to a faster bound AND to
+    # learning what fp32 eager learns: the benchmark's auc_gap column (lecture_code.perf.auc_trajectory)
+    Goal(
+        "dlrm_step",
+        "kaggle, batch 2048, bf16 × two tricks",
+        "bf16 MLPs (fp32 tables, master weights, loss): ≥ 2.5× the two-tricks version "
+        "(packed + index_add_, CUDA graph)",
+        ">=",
+        2.5,
+    ),
+    Goal(
+        "dlrm_step",
+        "kaggle, batch 2048, bf16 AUC gap",
+        "bf16 MLPs: holdout AUC within 1e-3 of fp32 eager's at every evaluation over 300 steps (max |Δ AUC|)",
+        "<=",
+        1e-3,
+    ),
     Goal(
         "dlrm_step",
         "kaggle, batch 2048, peak memory",

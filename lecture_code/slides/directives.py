@@ -11,8 +11,8 @@ A line of ``slides/deck.md`` that starts with ``:::`` is replaced by HTML made f
   section for ``WORKLOAD`` (:mod:`lecture_code.results`: the same numbers, read from the same CSV). With no
   result file yet: "not measured yet" and the command that measures it. A table read from the back of a room
   has at most :data:`MAX_COLUMNS` columns: ``columns="shape,pass,ours"`` picks some (by header, or a header's
-  unique beginning), ``rows=1-6`` / ``rows=7-`` spreads the rows over slides; a column that says "not
-  measured" in every row is left out.
+  unique beginning), ``rows=1-6`` / ``rows=7-`` spreads the rows over slides (of the goals too); a column
+  that says "not measured" in every row is left out.
 - ``::: sidecar NAME``: the measured rows of ``perf_screenshots/NAME.json``, as the README states them.
 
 Every picture a slide shows is listed in :attr:`Context.images` (repository path → name in the build), so the
@@ -192,11 +192,12 @@ def _figure(ctx: Context, args: list[str]) -> str:
 
 def _results(ctx: Context, args: list[str]) -> str:
     workload, part, *options = args
-    known = {"columns", "rows"}
+    known = {"columns", "rows"} if part.startswith("table") else {"rows"} if part == "goals" else set()
     opts = dict(o.partition("=")[::2] for o in options)
-    if (opts and not part.startswith("table")) or set(opts) - known:
+    if set(opts) - known:
         raise ValueError(
-            f"::: results {workload} {part}: options {sorted(opts)} (a table takes {sorted(known)})"
+            f"::: results {workload} {part}: options {sorted(opts)} (a table takes columns and rows, the "
+            "goals rows)"
         )
     found = ctx.sections(workload)
     measured = [s for s in found if s.result is not None]
@@ -218,6 +219,7 @@ def _results(ctx: Context, args: list[str]) -> str:
         return _table(table) + source
     if part == "goals":
         rows = [[g.goal.text, g.reached, g.verdict] for g in section.goals]
+        rows = rows[_rows(opts["rows"], len(rows))] if "rows" in opts else rows
         return _table(Table("", ["goal", "reached", "verdict"], rows), verdict_column=2) + source
     if part == "plot":
         if section.result.plot is None:

@@ -94,6 +94,16 @@ def test_sentences_say_what_the_numbers_say():
     # each precision gets its own verdict: the TF32 row never stands in for the fp32 one
     assert "at fp32, 'fused + compiled MLPs, CUDA graph' (0.49 ms), misses it" in text
     assert "with TF32, 'fused + compiled MLPs, atomic SGD, TF32, CUDA graph' (0.33 ms), meets it" in text
+    bf16 = "fused + MLP SGD in backward, atomic SGD, bf16 MLPs, CUDA graph"
+    text = " ".join(
+        waterfall_sentences(
+            waterfall_rows([_result("fused + compiled MLPs, CUDA graph", 0.49), _result(bf16, 0.2)]),
+            on_gpu=True,
+            kaggle_batch_2048=True,
+        )
+    )  # nor does a bf16 row: the fastest at fp32 is the fp32 one
+    assert "at fp32, 'fused + compiled MLPs, CUDA graph' (0.49 ms), misses it" in text
+    assert f"with bf16 MLPs, {bf16!r} (0.2 ms), meets it" in text
 
     slow = waterfall_rows(
         [_result("eager, dense grads", 1.0, gpu_ms=0.5, host_ms=1.5), _result("eager, sparse grads", 2.0)]

@@ -5,8 +5,10 @@ with ``ms_min``/``ms_max`` over repeated runs, ``gpu_ms`` and ``host_ms`` of one
 ``peak_mib``, and ``error`` for an implementation that failed or was skipped). Ours are the ``fused*``
 implementations; for a goal the best of them at torch's default fp32 precision counts (every baseline runs
 there), and the worse of the two id distributions (the goals hold for both); a TF32 row (its name says
-``TF32``) is reported beside it, never in its place. The goals are about the Kaggle preset at batch 2048: a
-file of another size says so.
+``TF32``) is reported beside it, never in its place. The bf16-MLP rows (``bf16``) have goals of their own:
+their speed-up over the two-tricks step, and ``auc_gap``, the largest |holdout AUC − fp32 eager's| over a
+training run of ``auc_steps`` steps (both id rows carry the same run's). The goals are about the Kaggle preset
+at batch 2048: a file of another size says so.
 """
 
 from __future__ import annotations
@@ -17,13 +19,14 @@ from lecture_code.results.goals import goals_for
 from lecture_code.results.section import NOT_MEASURED, GoalCheck, Headline, Section, Table, num, pct
 from lecture_code.results.sources import ResultFile
 
-__all__ = ["BASELINES", "EAGER", "TWO_TRICKS", "build", "is_ours"]
+__all__ = ["BASELINES", "EAGER", "TWO_TRICKS", "build", "is_ours", "precision"]
 
 EAGER = "eager, sparse grads"  # the goals' "eager step"
 TWO_TRICKS = "packed + index_add_, CUDA graph"  # the goals' "two-tricks version"
 BASELINES = (EAGER, "eager, dense grads", "compile, dense grads", "packed + index_add_", TWO_TRICKS)
 GOAL_SIZE = ("kaggle", 2048)  # the preset and batch every goal of RESULTS.md's step is about
 GOAL_IDS = ("uniform", "zipf")  # every goal holds for both id distributions
+AUC_GOAL_STEPS = 300  # the bf16 AUC goal's training run
 
 
 def is_ours(implementation: str) -> bool:
@@ -32,6 +35,15 @@ def is_ours(implementation: str) -> bool:
 
 def is_tf32(implementation: str) -> bool:
     return "TF32" in implementation
+
+
+def precision(implementation: str) -> str:
+    """The MLP matmuls' precision a row's name states: ``"TF32"``, ``"bf16"`` (its MLPs in bf16), else
+    ``"fp32"`` (torch's default, every baseline's). Each gets its own verdict: never one for another."""
+    for marker in ("TF32", "bf16"):
+        if marker in implementation:
+            return marker
+    return "fp32"
 
 
 def _value(row: dict | None, column: str) -> float | None:
@@ -59,12 +71,12 @@ def build(result: ResultFile) -> Section:
     preset, batch = rows[0]["preset"], int(rows[0]["batch"])
     ms = {key: _value(r, "ms_per_step") for key, r in at.items()}
 
-    def best_ours(dist: str, tf32: bool = False) -> tuple[str | None, float | None]:
-        """The fastest of ours at fp32 (``tf32=False``) or among the TF32 rows."""
+    def best_ours(dist: str, kind: str = "fp32") -> tuple[str | None, float | None]:
+        """The fastest of ours at ``kind`` (:func:`precision`): ``"fp32"``, ``"TF32"`` or ``"bf16"``."""
         ours = {
             n: ms[(n, dist)]
             for n in names
-            if is_ours(n) and is_tf32(n) == tf32 and ms.get((n, dist)) is not None
+            if is_ours(n) and precision(n) == kind and ms.get((n, dist)) is not None
         }
         return min(ours.items(), key=lambda kv: kv[1]) if ours else (None, None)
 
@@ -97,9 +109,12 @@ def build(result: ResultFile) -> Section:
     for dist in dists:
         version, best = best_ours(dist)
         text = f"{dist} ids: ours {num(best)} ms" + (f" ({version})" if version else "")
-        tf32_version, tf32_best = best_ours(dist, tf32=True)
+        tf32_version, tf32_best = best_ours(dist, "TF32")
         if tf32_version:
             text += f", with TF32 MLP matmuls {num(tf32_best)} ms"
+        bf16_version, bf16_best = best_ours(dist, "bf16")
+        if bf16_version:
+            text += f", with bf16 MLPs {num(bf16_best)} ms"
         others = [f"{b} {num(ms[(b, dist)])}" for b in (EAGER, TWO_TRICKS) if ms.get((b, dist)) is not None]
         parts.append(text + (", " + ", ".join(others) + " ms" if others else ""))
     return Section(
@@ -131,12 +146,17 @@ def _goal_checks(at, ms, dists, best_ours, preset, batch) -> list[GoalCheck]:
             continue
         per_dist = {}
         for dist in dists:
-            version, best = best_ours(dist)
+            version, best = best_ours(dist, "bf16" if "bf16" in goal.key else "fp32")
             if version is None:
                 continue
-            if goal.key == "kaggle, batch 2048":
+            if goal.key.endswith("AUC gap"):
+                gap, steps = _value(at[(version, dist)], "auc_gap"), _value(at[(version, dist)], "auc_steps")
+                if gap is None or steps is None or steps < AUC_GOAL_STEPS:
+                    continue
+                value, shown = gap, f"AUC within {gap:.1e} of fp32 eager's over {steps:.0f} steps"
+            elif goal.key == "kaggle, batch 2048":
                 value, shown = best, f"{num(best)} ms"
-                tf32_version, tf32_best = best_ours(dist, tf32=True)
+                tf32_version, tf32_best = best_ours(dist, "TF32")
                 if tf32_version:
                     shown += f" (with TF32 MLP matmuls, not counted: {num(tf32_best)} ms, {tf32_version})"
             elif goal.key.endswith("× eager") or goal.key.endswith("× two tricks"):
