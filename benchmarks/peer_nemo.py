@@ -70,8 +70,9 @@ def first_config_only(module: types.ModuleType) -> None:
     """Every ``triton.autotune`` kernel of ``module`` keeps only its first config (tuning times configs on a
     GPU; the interpreter has none)."""
     for kernel in vars(module).values():
-        if isinstance(kernel, triton.runtime.Autotuner):
-            kernel.configs = kernel.configs[:1]
+        configs = getattr(kernel, "configs", None)  # an Autotuner's list of triton.Config
+        if isinstance(configs, list) and configs and isinstance(configs[0], triton.Config):
+            kernel.configs = configs[:1]
 
 
 def layer(lora: types.ModuleType, w: torch.Tensor, a: torch.Tensor, b: torch.Tensor, alpha: float):
