@@ -46,7 +46,7 @@ from pathlib import Path
 import torch
 
 import kernels  # noqa: F401  (decides the runtime mode first)
-from benchmarks import peer_nemo
+from benchmarks import peer_nemo, peers
 from kernels import reference, runtime
 from kernels.lora.linear import lora_linear
 from lecture_code import bench as bu
@@ -75,8 +75,7 @@ def _peft_layer(w: torch.Tensor, a: torch.Tensor, b: torch.Tensor, r: int):
     except ImportError:
         return None
     holder = torch.nn.Module()  # peft's public path: a model with a target module, wrapped by get_peft_model
-    holder.lin = torch.nn.Linear(w.shape[1], w.shape[0], bias=False, device=w.device, dtype=w.dtype)
-    holder.lin.weight.data.copy_(w)
+    holder.lin = peers.frozen_linear(w)  # on the CPU: peft initialises its A there too (see frozen_linear)
     config = LoraConfig(r=r, lora_alpha=ALPHA, lora_dropout=0.0, target_modules=["lin"])
     layer = get_peft_model(holder, config).base_model.model.lin
     layer.to(device=w.device, dtype=w.dtype)

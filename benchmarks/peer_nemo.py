@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 import triton
 
+from benchmarks import peers
 from benchmarks.peers import NEMO, importing_from
 from kernels import runtime
 
@@ -78,11 +79,9 @@ def first_config_only(module: types.ModuleType) -> None:
 def layer(lora: types.ModuleType, w: torch.Tensor, a: torch.Tensor, b: torch.Tensor, alpha: float):
     """NeMo's ``TritonLinearLoRA`` around a frozen ``nn.Linear`` holding w, with A and B copied in (its
     scale ``alpha / r``, dropout 0, the memory-efficient autograd path that runs the Triton kernels)."""
-    base = torch.nn.Linear(w.shape[1], w.shape[0], bias=False, device=w.device, dtype=w.dtype)
-    base.weight.data.copy_(w)
-    out = lora.TritonLinearLoRA(
-        base, dim=a.shape[0], alpha=alpha, dropout=0.0, use_memory_efficient_lora=True
-    )
+    out = lora.TritonLinearLoRA(  # built on the CPU, then moved (see peers.frozen_linear)
+        peers.frozen_linear(w), dim=a.shape[0], alpha=alpha, dropout=0.0, use_memory_efficient_lora=True
+    ).to(w.device)
     out.lora_A.weight.data.copy_(a)
     out.lora_B.weight.data.copy_(b)
     return out

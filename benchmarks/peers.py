@@ -20,6 +20,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from lecture_code.environment import REPO_ROOT
 
 PEERS_DIR = REPO_ROOT / "build" / "peers"  # git-ignored (build/); carried to the GPU machine
@@ -161,3 +163,15 @@ def importing_from(
     finally:
         for name in [n for n in sys.modules if n.split(".")[0] in tops]:
             del sys.modules[name]
+
+
+def frozen_linear(w: torch.Tensor) -> torch.nn.Linear:
+    """A bias-free ``nn.Linear`` holding ``w``, on the CPU, for a peer to wrap before the whole is moved to
+    ``w``'s device: nothing draws from the CUDA generator (``skip_init``: no init of the weight; the peers
+    initialise their A and B on the module's device). On the H200 (torch 2.11) a process that replayed
+    inductor's CUDA-graph trees and captured graphs by hand had that generator refuse every later draw
+    ("Offset increment outside graph capture encountered unexpectedly"), a peer's ``nn.Linear`` init
+    included."""
+    out = torch.nn.utils.skip_init(torch.nn.Linear, w.shape[1], w.shape[0], bias=False, dtype=w.dtype)
+    out.weight.data.copy_(w)
+    return out.requires_grad_(False)
