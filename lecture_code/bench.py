@@ -50,7 +50,7 @@ def setup(device: torch.device) -> None:
         torch.set_num_threads(1)
 
 
-SLEEP_CYCLES = 1_000_000  # ≈ 0.5 ms at the H100's 1.7–2 GHz: longer than any host overhead measured here
+SLEEP_CYCLES = 1_000_000  # ≈ 0.5 ms at the H100's 1.7–2 GHz; _device_ms sleeps longer for a slower call
 _flush: dict[torch.device, torch.Tensor] = {}
 
 

@@ -5,8 +5,8 @@ every moment one waits for the other. Three measurements per configuration:
 
 - **wall** (``ms_per_step``, ``ms_min``, ``ms_max``): the timed loop of :mod:`.step_timing`, no profiler,
   repeats interleaved with the other configurations;
-- **GPU busy** (``gpu_busy_ms``): the union of the intervals of the kernels and copies that the profiled
-  steps launched (matched to their launch by correlation id, at full length even when the GPU ran them
+- **GPU busy** (``gpu_busy_ms``): the union of the intervals of the kernels, copies and memsets that the
+  profiled steps queued (matched to their launch by correlation id, at full length even when the GPU ran them
   after the host's step ended: :func:`~lecture_code.profiling.trace_analysis.window_gpu_work`), per step, in
   a *light* profile (:func:`~lecture_code.profiling.step_profiler` with ``detail=False``: no shapes, memory
   or stacks). The profiler slows the host, not the kernels, so their durations are the GPU's real work;

@@ -246,9 +246,10 @@ def gpu_window(events: pd.DataFrame) -> tuple[float, float, float] | None:
 
 def gpu_idle_fraction(events: pd.DataFrame) -> float | None:
     """Share of the GPU's time on the profiled steps' work in which it ran nothing (``None`` without GPU
-    work): ``1 - busy / span`` of :func:`gpu_window`, counting every kernel the steps launched, also the
-    ones that ran after the host's ``ProfilerStep`` ranges ended. A high value means the GPU waits for the
-    host: launch overhead, data loading, synchronizations (see :func:`host_syncs`).
+    work): ``1 - busy / span`` of :func:`gpu_window`, counting every GPU event the steps queued (kernels,
+    copies, memsets), also the ones that ran after the host's ``ProfilerStep`` ranges ended. A high value
+    means the GPU waits for the host: launch overhead, data loading, synchronizations (see
+    :func:`host_syncs`).
     """
     window = gpu_window(events)
     return None if window is None else window[2]
@@ -290,13 +291,14 @@ def step_breakdown(events: pd.DataFrame) -> dict:
     """Where a profiled step's time goes, averaged over its ``ProfilerStep#k`` ranges.
 
     ``steps``; ``step_ms`` (host time per step: the ranges' length). GPU side, from the work the steps
-    queued (:func:`window_gpu_work`: kernels and copies matched to their launch by ``correlation``, at their
-    full length even when they ran after the host's ranges): ``gpu_busy_ms`` (union of that work, per
-    step), ``gpu_span_ms`` (:func:`gpu_window`'s span per step: from the first such kernel's start to the
-    later of the window's end and the last one's end) and ``gpu_idle_fraction`` (``1 - busy / span``; all
-    three ``None`` without a GPU); ``kernels_per_step`` (those GPU events) and ``launches_per_step``
-    (:data:`LAUNCH_CALLS` on the host); ``syncs_per_step`` and ``host_wait_ms`` (the host waits of
-    :func:`host_syncs` inside the ranges, per step) and ``sync_causes`` (``{op: waits per step}``).
+    queued (:func:`window_gpu_work`: kernels, copies and memsets matched to their launch by
+    ``correlation``, at their full length even when they ran after the host's ranges): ``gpu_busy_ms``
+    (union of that work, per step), ``gpu_span_ms`` (:func:`gpu_window`'s span per step: from the first
+    such event's start to the later of the window's end and the last one's end) and ``gpu_idle_fraction``
+    (``1 - busy / span``; all three ``None`` without a GPU); ``kernels_per_step`` (those GPU events) and
+    ``launches_per_step`` (:data:`LAUNCH_CALLS` on the host); ``syncs_per_step`` and ``host_wait_ms`` (the
+    host waits of :func:`host_syncs` inside the ranges, per step) and ``sync_causes`` (``{op: waits per
+    step}``).
     """
     steps = step_ranges(events)
     if steps.empty:
