@@ -1,0 +1,139 @@
+"""Which configs of ``add_multi_lora``'s kernels are fastest at decode sizes (T ≤ 16 tokens), each call in a
+CUDA graph: the measurements a new decode rule starts from (RESULTS.md's goal: ≤ 6 µs at T = 16).
+
+The rule (:func:`kernels.multi_lora.shrink_expand.multi_lora_rule`) came from a sweep at T = 16 … 4096 on
+the H100; at decode sizes the call is bound by latency, not bytes (2 MB of weights at T = 16, 8 adapters,
+r = 16, K = N = 4096: under 1 µs of reading), so what matters is how many dependent steps each program
+runs: the fused kernel's shrink is a serial loop over K in ``block_k`` steps (32 of them at the rule's 128),
+the split path pays a second launch. The sweep times, per shape, the fused kernel over ``block_k``,
+``block_n``, ``split``, warps and stages, and the split path over its shrink's ``block_k`` and split-K and
+its expand's ``block_n`` and warps; every candidate checked against the float64 reference first (a wrong
+or uncompilable one is a row with its reason, not a crash). Metadata built once, outside the graph.
+
+    python -m benchmarks.sweep_multi_lora_decode            # GPU: T = 1 and 16; CSV under benchmarks/results/
+    python -m benchmarks.sweep_multi_lora_decode --quick    # CPU: tiny sizes, two candidates a path
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import warnings
+from pathlib import Path
+
+import torch
+
+import kernels  # noqa: F401  (decides the runtime mode first)
+from kernels import reference, runtime
+from kernels.configs import BranchConfig
+from kernels.multi_lora.metadata import build_meta
+from kernels.multi_lora.shrink_expand import add_multi_lora, plan
+from lecture_code import bench as bu
+
+SHAPES = [(1, 8, 16, 4096, 4096), (16, 8, 16, 4096, 4096)]  # T, L, r, K, N
+QUICK = [(5, 3, 8, 64, 64)]
+SCALE = 2.0
+
+
+def fused_candidates(rule: BranchConfig, N: int, quick: bool) -> list[BranchConfig]:
+    """The rule's config first, then every block_k × block_n × split (one N-tile a program, or two) × warps
+    × stages."""
+    if quick:
+        return [rule, BranchConfig(block_k=32)]
+    grid = itertools.product((128, 256, 512), (128, 256), (1, 2), (4, 8), (2, 3))
+    return [rule] + [
+        BranchConfig(block_k=bk, block_n=bn, split=max(1, N // bn // f), num_warps=w, num_stages=s)
+        for bk, bn, f, w, s in grid
+    ]
+
+
+def split_candidates(shrink: BranchConfig, quick: bool) -> list[dict]:
+    """The rule's configs first ({}), then the shrink's block_k × split-K (half, the rule's, double) × the
+    expand's block_n × warps."""
+    if quick:
+        return [{}, {"shrink": BranchConfig(split=2)}]
+    grid = itertools.product((128, 256), (1, 2, 4), (128, 256), (4, 8))
+    return [{}] + [
+        {"shrink": BranchConfig(block_k=bk, split=max(1, shrink.split * f // 2)),
+         "expand": BranchConfig(block_n=bn, num_warps=w)}
+        for bk, f, bn, w in grid
+    ]  # fmt: skip
+
+
+def _short(c: BranchConfig) -> str:
+    return f"m{c.block_m} n{c.block_n} k{c.block_k} split{c.split} w{c.num_warps} s{c.num_stages}"
+
+
+def _inputs(T, L, r, K, N, dtype, device):
+    """x, a zero y, A, B (seeded CPU generator, moved) and ids spreading the tokens over the adapters."""
+    g = torch.Generator().manual_seed(T * 7 + L)
+    x = torch.randn(T, K, generator=g).to(device, dtype)
+    a = (torch.randn(L, r, K, generator=g) / K**0.5).to(device, dtype)
+    b = (torch.randn(L, N, r, generator=g) / r**0.5).to(device, dtype)
+    ids = torch.arange(T, device=device) % L
+    return x, torch.zeros(T, N, device=device, dtype=dtype), a, b, ids
+
+
+def run_shape(T, L, r, K, N, dtype, device, quick: bool) -> list[dict]:
+    """One row per candidate: device µs of the call replayed from a CUDA graph (CPU: a plain call), its
+    error against the float64 reference, or why it has no time."""
+    x, y, a, b, ids = _inputs(T, L, r, K, N, dtype, device)
+    meta = build_meta(ids, L)
+    want = reference.multi_lora(y.double(), x.double(), [a.double()], [b.double()], ids, SCALE)
+    rule = plan(T, K, (N,), r, L, dtype, device, path="fused").fused
+    shrink_rule = plan(T, K, (N,), r, L, dtype, device, path="split").shrink
+    cases = [("fused", {"fused": c}) for c in fused_candidates(rule, N, quick)]
+    cases += [("split", c) for c in split_candidates(shrink_rule, quick)]
+    rows = []
+    for i, (path, configs) in enumerate(cases):
+        p = plan(T, K, (N,), r, L, dtype, device, path=path, configs=configs)
+        used = [p.fused] if path == "fused" else [p.shrink, p.expand]
+        row = {"shape": f"T={T} L={L} r={r} K={K} N={N}", "path": path,
+               "rule": i == 0 or configs == {}, "config": " | ".join(_short(c) for c in used)}  # fmt: skip
+        out = y.clone()
+
+        def call(out=out, path=path, configs=configs):
+            add_multi_lora(out, x, a, b, ids, SCALE, meta=meta, path=path, configs=configs)
+
+        try:
+            call()
+            err = ((out.double() - want).norm() / (want - y.double()).norm()).item()
+            if not err < 2e-2:
+                raise AssertionError(f"relative error {err:.3g} against the float64 reference")
+            ms = bu.median_ms(bu.graphed(call, device) if bu.on_gpu(device) else call, device)
+            rows.append({**row, "us": 1e3 * ms, "error": err, "why": ""})
+        except Exception as e:  # noqa: BLE001 — a config that does not compile or answers wrong: its reason
+            rows.append({**row, "us": None, "error": None, "why": f"{type(e).__name__}: {str(e)[:160]}"})
+    return rows
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="tiny sizes (the default on a CPU)")
+    p.add_argument("--top", type=int, default=6, help="rows printed per shape and path (all are saved)")
+    p.add_argument("--results-dir", type=Path, help="where the CSV goes (default benchmarks/results)")
+    args = p.parse_args(argv)
+    device = runtime.default_device()
+    bu.setup(device)
+    quick = args.quick or not bu.on_gpu(device)
+    dtype = torch.bfloat16 if bu.on_gpu(device) else torch.float32
+    rows = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        for shape in QUICK if quick else SHAPES:
+            rows += run_shape(*shape, dtype, device, quick)
+    for (shape, path), group in itertools.groupby(rows, key=lambda r: (r["shape"], r["path"])):
+        group = list(group)
+        timed = sorted((r for r in group if r["us"] is not None), key=lambda r: r["us"])
+        shown = timed[: args.top] + [r for r in group if r["rule"] and r not in timed[: args.top]]
+        print(f"{shape}, {path}: {len(timed)} of {len(group)} candidates timed")
+        bu.print_table(shown, ["config", "rule", "us", "error"])
+    for why in dict.fromkeys(r["why"] for r in rows if r["why"]):
+        print(f"[not timed] {why}")
+    meta = {**bu.stamp(device), "dtype": str(dtype).removeprefix("torch.")}
+    path = bu.save(rows, "multi_lora_decode", "multi_lora_decode_sweep", meta, root=args.results_dir)
+    print(f"saved {path}")
+
+
+if __name__ == "__main__":
+    main()
