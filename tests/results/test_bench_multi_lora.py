@@ -38,3 +38,16 @@ def test_ours_against_the_fastest_rival_with_and_without_graphs():
     assert second["best other"] == "torch loop" and second["its us / ours"] == pytest.approx(0.5)
     assert second["graph: best other"] == "not measured" and second["graph: ours us"] is None
     assert (second["goal"], second["met"], second["determinism %"]) == ("no goal", "", None)
+
+
+def test_in_a_graph_ours_with_the_metadata_given_meets_the_peers_that_graph_none():
+    rows = [
+        *ROWS[:7],
+        _row("T=16", "ours, meta given (graph)", 11.0, 4.0),
+        _row("T=16", "vllm (graph)", 14.0, 4.5),
+    ]
+    (line,) = bench_multi_lora.summary(rows)
+    assert line["graph: ours us"] == 11.0 and line["graph: ours host us"] == 4.0
+    assert line["graph: best other"] == "vllm (graph)" and line["graph: its us / ours"] == pytest.approx(
+        14 / 11
+    )
