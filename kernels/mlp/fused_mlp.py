@@ -209,11 +209,16 @@ def launch_params(
     return MlpConfig(block_m, block_h, block_n, block_k, split, num_warps, num_stages)
 
 
-def _check(x, w1, b1, w2, b2, final_activation: str) -> None:
+def _check_activation(final_activation: str) -> None:
+    """Also inside the op: the kernel's constexpr branches would take any other name for one of these."""
     if final_activation not in FINAL_ACTIVATIONS:
         raise ValueError(
             f"fused_mlp: final_activation {final_activation!r} is not one of {FINAL_ACTIVATIONS}"
         )
+
+
+def _check(x, w1, b1, w2, b2, final_activation: str) -> None:
+    _check_activation(final_activation)
     for name, t in (("x", x), ("w1", w1), ("b1", b1), ("w2", w2), ("b2", b2)):
         check_tensor("fused_mlp", name, t)
     for name, t in (("x", x), ("w1", w1), ("b1", b1), ("w2", w2), ("b2", b2)):
@@ -276,6 +281,7 @@ def _fake_forward(x2, w1, b1, w2, b2, final_activation, config):
 def _fused_mlp_op(x2, w1, b1, w2, b2, final_activation, config):
     """The op, on 2-D x: forward only (no autograd formula: :func:`fused_mlp` refuses inputs that require
     grad). ``config``: :func:`kernels.library.encode_config` of an :class:`MlpConfig`, or ``""``."""
+    _check_activation(final_activation)
     M, K = x2.shape
     H, N = w1.shape[0], w2.shape[0]
     out = torch.empty((M, N), device=x2.device, dtype=x2.dtype)

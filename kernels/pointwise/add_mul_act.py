@@ -194,8 +194,7 @@ _launch_bwd = TunedLauncher(_bwd_tuned)
 
 
 def _check(x: torch.Tensor, bias: torch.Tensor, y: torch.Tensor, alpha, activation: str) -> None:
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"add_mul_act: activation {activation!r} is not one of {ACTIVATIONS}")
+    _check_activation(activation)
     if isinstance(alpha, torch.Tensor) or not isinstance(alpha, (int, float)):
         raise TypeError(f"add_mul_act: alpha must be a Python float (a constant), got {type(alpha).__name__}")
     for name, t in (("x", x), ("bias", bias), ("y", y)):
@@ -214,7 +213,14 @@ def _check(x: torch.Tensor, bias: torch.Tensor, y: torch.Tensor, alpha, activati
         )
 
 
+def _check_activation(activation: str) -> None:
+    """Also inside the ops: the kernel's constexpr branches would take any other name for one of these."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"add_mul_act: activation {activation!r} is not one of {ACTIVATIONS}")
+
+
 def _forward(x: torch.Tensor, bias: torch.Tensor, y: torch.Tensor, alpha: float, activation: str):
+    _check_activation(activation)
     out = torch.empty(x.shape, device=x.device, dtype=x.dtype)
     x2, y2, o2 = as_rows(x, "x"), as_rows(y, "y"), as_rows(out, "out")
     M, N = x2.shape
@@ -232,6 +238,7 @@ def _forward(x: torch.Tensor, bias: torch.Tensor, y: torch.Tensor, alpha: float,
 
 def _backward(grad, x, bias, y, alpha: float, activation: str):
     """(grad_x, grad_bias, grad_y) from one fused pass plus the small partial-sum reduction."""
+    _check_activation(activation)
     grad = grad.to(x.dtype)
     g2, x2, y2 = (int32_offsets(as_rows(t, name)) for t, name in ((grad, "grad"), (x, "x"), (y, "y")))
     bias = int32_offsets(bias)

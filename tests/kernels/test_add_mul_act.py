@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from kernels import reference, runtime
+from kernels.library import ops
 from kernels.pointwise.add_mul_act import ACTIVATIONS, add_mul_act
 
 # (dtype, atol, rtol). The kernel's contract is "compute in fp32, round once to the input dtype", so the
@@ -131,6 +132,8 @@ def test_rejects_bad_input():
         x, bias, y = torch.randn(4, 8), torch.randn(8), torch.randn(4, 8)
         with pytest.raises(ValueError, match="activation 'tanh' is not one of"):
             add_mul_act(x, bias, y, 1.0, "tanh")
+        with pytest.raises(ValueError, match="activation 'gelu' is not one of"):  # the op itself checks too
+            ops().add_mul_act(x, bias, y, 1.0, "gelu")
         with pytest.raises(TypeError, match="alpha must be a Python float"):
             add_mul_act(x, bias, y, torch.tensor(1.0), "relu")
         with pytest.raises(ValueError, match="y has shape"):

@@ -9,6 +9,7 @@ import triton
 import kernels.mlp.fused_mlp as fused_mlp_module
 from kernels import reference, runtime
 from kernels.configs import MlpConfig
+from kernels.library import ops
 from kernels.mlp.fused_mlp import MAX_HIDDEN, SMEM_BUDGET, fused_mlp, launch_params
 
 # (dtype, atol, rtol). Both sides accumulate the dots in fp32 and round h to the dtype before the second
@@ -143,6 +144,8 @@ def test_rejects_bad_input():
             fused_mlp(x, w1, b1, w2, b2[:1])
         with pytest.raises(ValueError, match="final_activation 'tanh'"):
             fused_mlp(x, w1, b1, w2, b2, final_activation="tanh")
+        with pytest.raises(ValueError, match="final_activation 'gelu'"):  # the op itself checks too
+            ops().fused_mlp(x, w1, b1, w2, b2, "gelu", "")
         with pytest.raises(TypeError, match="w1 has dtype torch.float16 but x has torch.float32"):
             fused_mlp(x, w1.half(), b1, w2, b2)
         with pytest.raises(TypeError, match="x has dtype torch.float64, not supported"):
