@@ -164,3 +164,13 @@ def test_the_embedding_update_in_backward_is_direct_and_identical(op_calls):
         counts = (op_calls.get("embedding_tbe"), op_calls.get("embedding_tbe_update"))
         assert counts == ((1, 1) if forced else (None, None))
     assert torch.equal(*tables) and not torch.equal(tables[0], weight)
+
+
+def test_serving_under_inference_mode_is_direct_and_identical(op_calls):
+    with torch.inference_mode():  # how a server runs multi-LoRA: tensors without version counters
+        args = _multi_lora()
+        direct, via_op = _copy(args), _copy(args)
+        library.registered()["add_multi_lora"](*direct)
+        assert op_calls == {}
+        library.registered()["add_multi_lora"].op(*via_op)
+    assert torch.equal(direct[0], via_op[0]) and not torch.equal(direct[0], args[0])
