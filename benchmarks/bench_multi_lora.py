@@ -164,11 +164,17 @@ def bytes_moved(T, K, widths, r, n_active, e) -> int:
 
 
 def run_shape(T, L, r, widths, K, dtype, device, copy_cache: dict) -> tuple[list[dict], list[str]]:
-    x = torch.randn(T, K, device=device).to(dtype)
-    y = torch.randn(T, sum(widths), device=device).to(dtype)
-    a = [(torch.randn(L, r, K, device=device) / K**0.5).to(dtype) for _ in widths]
-    b = [(torch.randn(L, n, r, device=device) / r**0.5).to(dtype) for n in widths]
-    ids = torch.randint(-1, L, (T,), device=device)  # about 1 in L + 1 tokens without an adapter
+    # Inputs from a seeded CPU generator, moved: the device's generator is never drawn from after a capture
+    # (a failed one leaves it refusing every draw: lecture_code.bench.graphed).
+    g = torch.Generator().manual_seed(T * 31 + L * 7 + r + sum(widths))
+
+    def randn(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=g) * scale).to(device, dtype)
+
+    x, y = randn(T, K), randn(T, sum(widths))
+    a = [randn(L, r, K, scale=K**-0.5) for _ in widths]
+    b = [randn(L, n, r, scale=r**-0.5) for n in widths]
+    ids = torch.randint(-1, L, (T,), generator=g).to(device)  # about 1 in L + 1 tokens without an adapter
     n_active = int((torch.bincount(ids.clamp(min=0)[ids >= 0], minlength=L) > 0).sum())
     moved = bytes_moved(T, K, widths, r, n_active, x.element_size())
     numel = moved // (2 * x.element_size())

@@ -137,7 +137,12 @@ def wall_us(
 
 def graphed(fn: Callable[[], object], device: torch.device) -> Callable[[], None]:
     """``fn`` captured in a CUDA graph (after a warm-up on a side stream, which also compiles and autotunes);
-    returns the graph's replay. Tensors ``fn`` allocates are the graph's own: a replay rewrites them."""
+    returns the graph's replay. Tensors ``fn`` allocates are the graph's own: a replay rewrites them.
+
+    A capture that raises (``fn`` syncs, allocates outside the pool, …) is left half-done in torch's CUDA
+    generator: in that process every later random draw on the device then raises "Offset increment outside
+    graph capture encountered unexpectedly" (seen on the H200 with torch 2.11 in ``bench_lora``, and reported
+    by others). The benchmarks that capture draw their inputs with a seeded CPU generator."""
     s = torch.cuda.Stream(device)
     s.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(s):
