@@ -179,9 +179,8 @@ def _graph_rows(timed: list[tuple[str, str, object]], shape: str, device) -> tup
 
 def _inputs(M, K, N, r, dtype, device) -> tuple[torch.Tensor, ...]:
     """x, W, A, B (nonzero: a trained adapter, not LoRA's init) and dY, drawn by a seeded CPU generator and
-    moved. The CUDA generator is left alone: on the H200 (torch 2.11) a process that replayed inductor's
-    CUDA-graph trees and then captured graphs by hand had it refuse every later draw ("Offset increment
-    outside graph capture encountered unexpectedly")."""
+    moved. The CUDA generator is left alone: after a failed graph capture it refuses every later draw in the
+    process (``lecture_code.bench.graphed``), which stopped a run on the H200."""
     g = torch.Generator().manual_seed(M * 31 + N * 7 + r)
 
     def draw(*shape, fan_in=1):

@@ -168,10 +168,9 @@ def importing_from(
 def frozen_linear(w: torch.Tensor) -> torch.nn.Linear:
     """A bias-free ``nn.Linear`` holding ``w``, on the CPU, for a peer to wrap before the whole is moved to
     ``w``'s device: nothing draws from the CUDA generator (``skip_init``: no init of the weight; the peers
-    initialise their A and B on the module's device). On the H200 (torch 2.11) a process that replayed
-    inductor's CUDA-graph trees and captured graphs by hand had that generator refuse every later draw
-    ("Offset increment outside graph capture encountered unexpectedly"), a peer's ``nn.Linear`` init
-    included."""
+    initialise their A and B on the module's device). After a failed graph capture that generator refuses
+    every later draw in the process (``lecture_code.bench.graphed``): on the H200, ``bench_lora`` stopped at a
+    peer's ``nn.Linear`` init."""
     out = torch.nn.utils.skip_init(torch.nn.Linear, w.shape[1], w.shape[0], bias=False, dtype=w.dtype)
     out.weight.data.copy_(w)
     return out.requires_grad_(False)
