@@ -13,7 +13,8 @@ linear on the same inputs − 1; ``fwd`` is the forward alone, ``fwd+bwd`` adds 
   package registry, fetch elsewhere and carry ``build/peers`` along). Where they are missing or do not run,
   the printout's ``[skipped]`` lines say why;
 - ``unsloth-style``: ``kernels.reference.lora_linear_unsloth_order`` (``out.addmm_``, hand-written backward);
-- ``v0`` … ``v3``: the ladder of ``kernels.lora.linear.lora_linear`` (see that module);
+- ``v0`` … ``v3``: the ladder of ``kernels.lora.linear.lora_linear`` (see that module); ``small`` at M ≤ 64:
+  ``version="small"``, the whole layer in one kernel each way (``kernels.lora.small_m``);
 - ``ours, reduce-overhead`` (GPU, with ``torch.compile``): ``lora_linear`` (its default version) compiled
   with ``fullgraph=True, mode="reduce-overhead"``: the custom op inside inductor's CUDA graphs, forward and
   backward, as a model compiled that way runs it (the 16- and 512-row shapes are host-bound without a graph).
@@ -48,7 +49,8 @@ import torch
 import kernels  # noqa: F401  (decides the runtime mode first)
 from benchmarks import peer_nemo, peers
 from kernels import reference, runtime
-from kernels.lora.linear import lora_linear
+from kernels.lora.linear import SMALL, lora_linear
+from kernels.lora.small_m import MAX_M
 from lecture_code import bench as bu
 from lecture_code.results.workloads.lora import BASE, REDUCE_OVERHEAD  # the providers' names RESULTS.md reads
 
@@ -60,7 +62,7 @@ QUICK_SHAPES = [(64, 64, 64, 16)]
 GRAPH_SHAPES = [(512, 4096, 4096, 16), (16, 4096, 4096, 16)]  # host-bound without a graph
 GRAPH = " (graph)"  # suffix of the graphed providers' names
 VERSIONS = ("v0", "v1", "v2", "v3")
-OURS = (*VERSIONS, REDUCE_OVERHEAD)  # what the verdicts count as ours
+OURS = (*VERSIONS, SMALL, REDUCE_OVERHEAD)  # what the verdicts count as ours
 COMPILED = ("torch.compile", REDUCE_OVERHEAD)  # compiled providers: never captured in a graph by hand
 # NeMo's provider: named as in lecture_code.results.workloads.lora.PUBLIC_KERNELS, the column RESULTS.md fills
 NEMO = "NeMo's fused Triton LoRA"
@@ -204,6 +206,8 @@ def run_shape(M, K, N, r, dtype, device, compile_: bool, graphs: bool = False) -
 
     rows, timed, shape = [], [], f"{M}x{K}x{N} r{r}"
     fns, skipped = providers(w, a, b, r, compile_)
+    if M <= MAX_M:  # the whole layer in one kernel each way (kernels.lora.small_m): every row in one block
+        fns[SMALL] = lambda x, a, b: lora_linear(x, w, a, b, ALPHA / r, version=SMALL)
     failed = [f"{shape}: {why}" for why in skipped]
     base = {"fwd": bu.median_ms(base_fwd, device), "fwd+bwd": bu.median_ms(base_fwd_bwd, device)}
     for pass_, fn in (("fwd", base_fwd), ("fwd+bwd", base_fwd_bwd)):

@@ -6,6 +6,8 @@
   producer programs (v2, v3), and its tile rule ``gemm_rule``.
 - :mod:`.branch` — ``lora_branch_``: the low-rank branch alone, added into a given output (v1).
 - :mod:`.skinny` — ``skinny_products``: ``u = P·L`` and ``D = Pᵀ·T`` in one pass over a wide P (x or dY).
+- :mod:`.small_m` — ``small_m_forward``/``small_m_backward``: the whole layer, base included, in one kernel
+  each way at M ≤ 64 (``version="small"``).
 - :mod:`.tune` — ``pretune`` and ``python -m kernels.lora.tune``: time the candidates, fill the cache.
 
 Import from the modules (``from kernels.lora.linear import lora_linear``); see :mod:`kernels.pointwise`.

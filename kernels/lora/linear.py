@@ -49,6 +49,9 @@ run.
   kernel for the whole forward; the dX GEMM's producers compute s·u likewise, then dB for r ≤ 16).
   **The default.**
 
+Beside the ladder, ``version="small"`` (:mod:`kernels.lora.small_m`, M ≤ 64 rows): the whole layer, base
+included, in one kernel forward and one backward; asked for by name until a benchmark says where it pays.
+
 Measured (``benchmarks/bench_lora.py``, H100, bf16, torch 2.11, triton 3.6, the committed CSV of 2026-11-28
 (device date); overhead over the frozen base linear, fwd / fwd+bwd): 8192×4096×4096 r16: v3 +5.8% / +11.3%,
 v2 +14% / +23%, unsloth-style +27% / +39%, eager +51% / +59%; r64: v3 +9.7% / +20.0%; 16384×4096×14336 r16:
@@ -132,10 +135,12 @@ from kernels.lora.gemm import (
     tma_compatible,
 )
 from kernels.lora.skinny import skinny_pays, skinny_products
+from kernels.lora.small_m import MAX_M, SMALL_M_NEEDS, small_m_backward, small_m_forward
 
-__all__ = ["VERSIONS", "choose_version", "lora_linear"]
+__all__ = ["SMALL", "VERSIONS", "choose_version", "lora_linear"]
 
 VERSIONS = ("v0", "v1", "v2", "v3")
+SMALL = "small"  # kernels.lora.small_m, asked for by name: not chosen by default until measured
 _EPILOGUE_BACKWARD = {"v2": "epilogue", "v3": "fused"}  # the others: "torch"
 _warned: set[str] = set()
 
@@ -174,7 +179,9 @@ def backward_config(dy2, weight, lora_b, override=None, mode: str = "epilogue") 
 
 
 def _forward(version, x2, weight, lora_a, lora_b, scale, bias, config):
-    """``(y [M, N], s·t [M, r])`` by one version of the ladder."""
+    """``(y [M, N], s·t [M, r])`` by one version of the ladder (or :data:`SMALL`)."""
+    if version == SMALL:
+        return small_m_forward(x2, weight, lora_a, lora_b, scale, bias, config)
     if version == "v0":
         y = F.linear(x2, weight, bias)
         ts = (x2 @ lora_a.t()) * scale
@@ -249,7 +256,7 @@ def _fast_path_problem(x2, weight, lora_b) -> str | None:
     return None
 
 
-NEEDS = {"v1": BRANCH_NEEDS, "v2": FAST_PATH_NEEDS, "v3": FUSED_NEEDS}  # v0 (torch) runs anywhere
+NEEDS = {"v1": BRANCH_NEEDS, "v2": FAST_PATH_NEEDS, "v3": FUSED_NEEDS, SMALL: SMALL_M_NEEDS}  # v0: anywhere
 
 
 @functools.lru_cache(maxsize=16)
@@ -267,10 +274,12 @@ def choose_version(x2, weight, lora_b, version: str | None = None) -> tuple[str,
     sm_80. These are documented choices, not fallbacks, and warn nothing. Then the tensors: a layout or rank
     v2/v3 cannot take runs v1 (r > 128: v0), with the reason.
     """
-    if version is not None and version not in VERSIONS:
-        raise ValueError(f"lora_linear: version={version!r} is not one of {VERSIONS} (or None)")
+    if version is not None and version not in (*VERSIONS, SMALL):
+        raise ValueError(f"lora_linear: version={version!r} is not one of {(*VERSIONS, SMALL)} (or None)")
     if version == "v0":
         return "v0", None
+    if version == SMALL:
+        return _small_m_check(x2, lora_b), None
     problem = _fast_path_problem(x2, weight, lora_b)
     device = device_problems(x2.device)
     if version is None:
@@ -290,6 +299,18 @@ def choose_version(x2, weight, lora_b, version: str | None = None) -> tuple[str,
     if version in ("v2", "v3") and problem is not None:
         raise ValueError(f"lora_linear: version={version!r} cannot run: {problem}")
     return version, None
+
+
+def _small_m_check(x2, lora_b) -> str:
+    """``version="small"``'s conditions (:mod:`kernels.lora.small_m`), else a clear error."""
+    problem = device_problems(x2.device)[SMALL]
+    if problem is None and x2.shape[0] > MAX_M:
+        problem = f"M = {x2.shape[0]} rows > {MAX_M} (all rows are one block)"
+    if problem is None and lora_b.shape[1] > MAX_RANK:
+        problem = f"r = {lora_b.shape[1]} > {MAX_RANK}"
+    if problem is not None:
+        raise ValueError(f"lora_linear: version='small' cannot run: {problem}")
+    return SMALL
 
 
 def _check(x, weight, lora_a, lora_b, scale, bias) -> None:
@@ -374,7 +395,13 @@ def _forward_body(chosen, x2, weight, lora_a, lora_b, bias, scale, override):
     if M == 0:
         return x2.new_empty((0, N)), x2.new_empty((0, lora_a.shape[0]))
     config = None
-    if chosen != "v0":
+    if chosen == SMALL:  # its rule, or the override's set fields on it (kernels.lora.small_m)
+        if override is not None and not isinstance(override, BranchConfig):
+            raise TypeError(
+                f"lora_linear: version='small' takes a BranchConfig, got {type(override).__name__}"
+            )
+        config = override
+    elif chosen != "v0":
         config = forward_config(chosen, x2, weight, lora_b, bias is not None, override)
     return _forward(chosen, x2, weight, lora_a, lora_b, scale, bias, config)
 
@@ -405,6 +432,8 @@ def _backward_body(chosen, dy2, x2, weight, lora_a, lora_b, ts, scale, need_dx, 
     if x2.shape[0] == 0:
         dx = x2.new_zeros(x2.shape) if need_dx else None
         return dx, lora_a.new_zeros(lora_a.shape), lora_b.new_zeros(lora_b.shape)
+    if chosen == SMALL:  # one kernel for dX, dA and dB, on its rule's tiles
+        return small_m_backward(dy2, x2, weight, lora_a, lora_b, ts, scale, need_dx)
     mode = _EPILOGUE_BACKWARD.get(chosen, "torch")
     return _backward(mode, dy2, x2, weight, lora_a, lora_b, ts, scale, need_dx, override)
 
@@ -466,9 +495,10 @@ def lora_linear(
     """``x Wᵀ + b + s·(x Aᵀ) Bᵀ``: x ``[..., K]`` → ``[..., N]``, differentiable in x, lora_a and lora_b.
 
     ``weight`` [N, K] and ``bias`` [N] are frozen: passing them with ``requires_grad`` raises. ``version``:
-    one of :data:`VERSIONS`, or None for the fastest that can run (see the module docstring for the general
-    path and its warning). ``fwd_config``/``bwd_config``: :mod:`kernels.configs` carriers whose set fields
-    override the tuned or rule config (``None`` fields are filled automatically).
+    one of :data:`VERSIONS`, :data:`SMALL` (M ≤ 64; ``fwd_config`` a ``BranchConfig``), or None for the
+    fastest that can run (see the module docstring for the general path and its warning).
+    ``fwd_config``/``bwd_config``: :mod:`kernels.configs` carriers whose set fields override the tuned or
+    rule config (``None`` fields are filled automatically).
     """
     _check(x, weight, lora_a, lora_b, scale, bias)
     for name, config, types in (("fwd_config", fwd_config, (GemmConfig, BranchConfig)),
@@ -482,8 +512,8 @@ def lora_linear(
     x2 = int32_offsets(as_rows(x, "x"))
     lora_a, lora_b = int32_offsets(lora_a, (0, 1)), int32_offsets(lora_b, (0, 1))
     if torch.compiler.is_compiling():  # addresses do not exist while tracing: the op chooses at run time
-        if version is not None and version not in VERSIONS:
-            raise ValueError(f"lora_linear: version={version!r} is not one of {VERSIONS} (or None)")
+        if version is not None and version not in (*VERSIONS, SMALL):
+            raise ValueError(f"lora_linear: version={version!r} is not one of {(*VERSIONS, SMALL)} (or None)")
         chosen = version or ""
     else:
         chosen = _chosen(x2, weight, lora_b, version, stacklevel=3)

@@ -119,6 +119,7 @@ CASES = {
     "lora_linear-auto": _lora(""),
     "lora_linear-v0": _lora("v0"),
     "lora_linear-v1": _lora("v1"),
+    "lora_linear-small": _lora("small"),
     "build_meta": _build_meta,
     "add_multi_lora": _add_multi_lora,
     "embedding_tbe-lookup": _embedding_tbe_lookup,

@@ -10,9 +10,10 @@ import torch
 
 import kernels.lora.gemm as lora_gemm_module
 import kernels.lora.linear as lora_module
+import kernels.lora.small_m as small_m_module
 from kernels import reference, runtime
-from kernels.configs import GemmConfig
-from kernels.lora.linear import VERSIONS, choose_version, lora_linear
+from kernels.configs import BranchConfig, GemmConfig
+from kernels.lora.linear import SMALL, VERSIONS, choose_version, lora_linear
 
 # (dtype, tol). Checked elementwise as |got - want| ≤ tol · (max|want| + |want|) against float64: the kernels
 # and eager torch both round t = x Aᵀ, s·t and the output to the dtype and accumulate dots in fp32, so the
@@ -446,3 +447,69 @@ def test_an_unknown_torch_takes_the_op(monkeypatch, seed):
     y = lora_linear(x, w, ag, b, SCALE, b0)
     assert type(y.grad_fn).__name__ != "LoraLinearFunctionBackward" and not internals.plain_eager(x)
     assert torch.equal(y, lora_linear(x, w, a, b, SCALE, b0))
+
+
+# ---- version="small" (kernels.lora.small_m): the whole layer in one kernel each way, M ≤ 64 ---------------
+SMALL_SHAPES = [  # (M, K, N, r): one row, odd sizes, r padded, N spanning several programs, M at the limit
+    pytest.param((1, 16, 8, 1), id="one-row"),
+    pytest.param((5, 40, 24, 8), id="odd"),
+    pytest.param((16, 72, 104, 16), id="decode"),
+    pytest.param((33, 24, 40, 3), id="r3"),
+    pytest.param((64, 48, 200, 20), id="64-rows"),
+]
+
+
+@pytest.mark.parametrize("shape", SMALL_SHAPES)
+@pytest.mark.parametrize("dtype, tol", DTYPES)
+def test_small_m_matches_reference(shape, dtype, tol, seed, poison_empty):
+    _check(*_inputs(*shape, dtype), tol, version=SMALL)
+
+
+def test_small_m_takes_any_strides_and_no_bias(seed, poison_empty):
+    x, w, a, b, _ = _inputs(9, 32, 24, 4, torch.float32)
+    column_major = [t.t().contiguous().t() for t in (x, w, a, b)]
+    _check(*column_major, None, 2e-5, version=SMALL)
+    _check(x, w, a, b, None, 2e-5, version=SMALL, fwd_config=BranchConfig(block_n=16, block_k=16))
+
+
+def test_small_m_when_only_the_adapter_needs_grad(seed, poison_empty):
+    x, w, a, b, b0 = _inputs(7, 24, 16, 4, torch.float32)
+    ag, bg = a.clone().requires_grad_(), b.clone().requires_grad_()
+    y = lora_linear(x, w, ag, bg, SCALE, b0, version=SMALL)
+    a64, b64 = a.double().requires_grad_(), b.double().requires_grad_()
+    want = reference.lora_linear(x.double(), w.double(), a64, b64, SCALE, b0.double())
+    grad = torch.randn_like(want)
+    for name, g, e in zip(("dA", "dB"), torch.autograd.grad(y, (ag, bg), grad.float()),
+                          torch.autograd.grad(want, (a64, b64), grad), strict=True):  # fmt: skip
+        _close(g, e, 2e-5, name)
+
+
+def test_small_m_refuses_what_it_cannot_take():
+    x, w, a, b, b0 = _inputs(65, 16, 8, 4, torch.float32)
+    with pytest.raises(ValueError, match=r"version='small' cannot run: M = 65 rows > 64"):
+        lora_linear(x, w, a, b, SCALE, b0, version=SMALL)
+    x, w, a, b, b0 = _inputs(4, 16, 8, 129, torch.float32)
+    with pytest.raises(ValueError, match=r"version='small' cannot run: r = 129 > 128"):
+        lora_linear(x, w, a, b, SCALE, b0, version=SMALL)
+    x, w, a, b, b0 = _inputs(4, 16, 8, 4, torch.float32)
+    with pytest.raises(TypeError, match="version='small' takes a BranchConfig, got GemmConfig"):
+        lora_linear(x, w, a, b, SCALE, b0, version=SMALL, fwd_config=GemmConfig(block_m=64))
+    assert choose_version(x, w, b, None)[0] != SMALL  # asked for by name only, until measured
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(16, 4096, 4096, 16), (1, 4096, 14336, 64), (64, 1000, 700, 7)],
+                         ids=["decode", "one-row-wide", "odd"])  # fmt: skip
+def test_gpu_small_m_bf16_one_launch_each_way(shape, seed, poison_empty, monkeypatch):
+    launches = {"fwd": 0, "bwd": 0}
+    for name in launches:
+        real = getattr(small_m_module, f"_launch_{name}")
+
+        def counted(*args, _real=real, _name=name):
+            launches[_name] += 1
+            return _real(*args)
+
+        monkeypatch.setattr(small_m_module, f"_launch_{name}", counted)
+    x, w, a, b, b0 = _inputs(*shape, torch.bfloat16, device="cuda")
+    assert _check(x, w, a, b, b0, 3e-2, version=SMALL).is_cuda
+    assert launches == {"fwd": 1, "bwd": 1}
