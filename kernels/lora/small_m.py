@@ -37,16 +37,16 @@ import triton.language as tl
 from kernels.configs import BranchConfig
 from kernels.fast_launch import CachedLauncher
 from kernels.gpu_features import TRITON_FLOOR, Needs
-from kernels.launch import cdiv, dot_block, input_precision, sm_count
+from kernels.launch import cdiv, dot_block, input_precision
 from kernels.runtime import dot_upcast, interpreting
 
 __all__ = ["MAX_M", "SMALL_M_NEEDS", "small_m_backward", "small_m_forward", "small_m_rule"]
 
 MAX_M = 64  # every row in one block: the [M, BLOCK_N] accumulator and the [M, r] tiles in registers
-# Pointer loads and tl.dot (Triton's floor, sm_80). The rule's largest tiles, 3 stages of a [64, 128] x tile,
-# a [32, 128] W tile and a [128, 128] A tile in 16-bit, ask about 74 KB of shared memory; every sm_80+ GPU
-# offers at least 99 KB.
-SMALL_M_NEEDS = Needs("LoRA at small M (one kernel each way)", TRITON_FLOOR, 74 * 1024)
+# Pointer loads and tl.dot (Triton's floor, sm_80). The rule's largest stages, 3 of a [64, 128] x tile, a
+# [128, 32] W tile and a [128, 32] A tile in 16-bit (or 64 deep for r > 32), ask at most 96 KB of shared
+# memory; every sm_80+ GPU offers at least 99 KB.
+SMALL_M_NEEDS = Needs("LoRA at small M (one kernel each way)", TRITON_FLOOR, 96 * 1024)
 
 
 @triton.jit
@@ -167,24 +167,24 @@ def _backward_kernel(
                  mask=n_mask[:, None] & r_mask[None, :])  # fmt: skip
 
 
-def small_m_rule(M: int, K: int, N: int, r: int, num_sms: int) -> BranchConfig:
-    """``block_m`` the rows padded (≥ 16: tl.dot's floor); ``block_n`` (forward's output columns, backward's
-    N step) and ``block_k`` (forward's K step, backward's output columns) 32 wide where that still gives
-    about one program per SM, else wider; 128-deep steps. A rule from the bytes, not a sweep yet.
-    Interpreter: tiles no larger than the problem."""
+def small_m_rule(M: int, K: int, N: int, r: int) -> BranchConfig:
+    """One config for both kernels, in the forward's terms: ``block_n`` the columns a program owns (of y; the
+    backward's programs own as many columns of dX), ``block_k`` the depth of a loop step (over K; the
+    backward's steps go as deep over N). ``block_m``: the rows padded (≥ 16, tl.dot's floor). 32 columns (at
+    K = N = 4096, 128 programs each way: about one per SM of an H100 or H200); 128-deep steps (64 for r > 32),
+    so a stage of x, W and A tiles (16-bit, 64 rows) stays under 32 KB. A rule from the bytes, not a sweep
+    yet. Interpreter: tiles no larger than the problem."""
     bm = max(16, dot_block(M))
     if interpreting():
-        return BranchConfig(bm, min(32, dot_block(N)), min(32, dot_block(K)), 1, 4, 1)
-    bn = 32 if cdiv(N, 32) <= 2 * num_sms else 64
-    bk = 32 if cdiv(K, 32) <= 2 * num_sms else 64
-    return BranchConfig(bm, bn, bk, 1, 4, 3)
+        return BranchConfig(bm, min(32, dot_block(min(N, K))), min(32, dot_block(max(N, K))), 1, 4, 1)
+    return BranchConfig(bm, 32, 128 if dot_block(r) <= 32 else 64, 1, 4, 3)
 
 
 @functools.lru_cache(maxsize=256)
-def _constexprs(dtype: torch.dtype, precision: str, R: int, flag: tuple, c: BranchConfig) -> tuple:
+def _constexprs(dtype: torch.dtype, R: int, flag: tuple, bm: int, bn: int, bk: int) -> tuple:
     return (
-        flag, ("DOT_UPCAST", dot_upcast(dtype)), ("INPUT_PRECISION", precision),
-        ("BLOCK_M", c.block_m), ("BLOCK_N", c.block_n), ("BLOCK_K", c.block_k), ("BLOCK_R", dot_block(R)),
+        flag, ("DOT_UPCAST", dot_upcast(dtype)), ("INPUT_PRECISION", input_precision(dtype)),
+        ("BLOCK_M", bm), ("BLOCK_N", bn), ("BLOCK_K", bk), ("BLOCK_R", dot_block(R)),
     )  # fmt: skip
 
 
@@ -192,12 +192,10 @@ _launch_fwd = CachedLauncher(_forward_kernel)
 _launch_bwd = CachedLauncher(_backward_kernel)
 
 
-def _config(
-    M: int, K: int, N: int, R: int, device: torch.device, config: BranchConfig | None
-) -> BranchConfig:
+def _config(M: int, K: int, N: int, R: int, config: BranchConfig | None) -> BranchConfig:
     if M > MAX_M:
         raise ValueError(f"lora_linear: version='small' takes M ≤ {MAX_M} rows, got M = {M}")
-    rule = small_m_rule(M, K, N, R, sm_count(device))
+    rule = small_m_rule(M, K, N, R)
     return rule if config is None else config.filled(rule)
 
 
@@ -205,7 +203,7 @@ def small_m_forward(x, weight, lora_a, lora_b, scale: float, bias=None, config: 
     """``(y [M, N], s·t [M, r])`` for 2-D x (arguments checked by the caller; any strides)."""
     M, K = x.shape
     N, R = lora_b.shape
-    c = _config(M, K, N, R, x.device, config)
+    c = _config(M, K, N, R, config)
     y = torch.empty((M, N), device=x.device, dtype=x.dtype)
     ts = torch.empty((M, R), device=x.device, dtype=x.dtype)
     _launch_fwd(
@@ -213,7 +211,7 @@ def small_m_forward(x, weight, lora_a, lora_b, scale: float, bias=None, config: 
         (x, weight, lora_a, lora_b, bias if bias is not None else y, y, ts, M, K, N, R, float(scale),
          x.stride(0), x.stride(1), weight.stride(0), weight.stride(1), lora_a.stride(0), lora_a.stride(1),
          lora_b.stride(0), lora_b.stride(1), y.stride(0), y.stride(1), ts.stride(0), ts.stride(1)),
-        _constexprs(x.dtype, input_precision(x.dtype), R, ("HAS_BIAS", bias is not None), c),
+        _constexprs(x.dtype, R, ("HAS_BIAS", bias is not None), c.block_m, c.block_n, c.block_k),
         c.num_warps, c.num_stages,
     )  # fmt: skip
     return y, ts
@@ -223,7 +221,7 @@ def small_m_backward(dy, x, weight, lora_a, lora_b, ts, scale: float, need_dx: b
     """``(dX or None, dA, dB)`` from dY [M, N] and the forward's s·t (2-D, checked by the caller)."""
     M, K = x.shape
     N, R = lora_b.shape
-    c = _config(M, K, N, R, x.device, config)
+    c = _config(M, K, N, R, config)
     dx = torch.empty((M, K), device=x.device, dtype=x.dtype) if need_dx else None
     da, db = (
         torch.empty_like(lora_a, memory_format=torch.contiguous_format),
@@ -231,12 +229,12 @@ def small_m_backward(dy, x, weight, lora_a, lora_b, ts, scale: float, need_dx: b
     )
     out = dx if need_dx else da  # (an unused pointer when not need_dx)
     _launch_bwd(
-        (cdiv(K, c.block_k),),
-        (dy, x, weight, lora_a, lora_b, ts, out, da, db, M, K, N, R, float(scale), cdiv(N, c.block_n),
+        (cdiv(K, c.block_n),),  # the roles of the forward's two sizes swapped: see small_m_rule
+        (dy, x, weight, lora_a, lora_b, ts, out, da, db, M, K, N, R, float(scale), cdiv(N, c.block_k),
          dy.stride(0), dy.stride(1), x.stride(0), x.stride(1), weight.stride(0), weight.stride(1),
          lora_a.stride(0), lora_a.stride(1), lora_b.stride(0), lora_b.stride(1), ts.stride(0), ts.stride(1),
          out.stride(0), out.stride(1), da.stride(0), da.stride(1), db.stride(0), db.stride(1)),
-        _constexprs(x.dtype, input_precision(x.dtype), R, ("NEED_DX", need_dx), c),
+        _constexprs(x.dtype, R, ("NEED_DX", need_dx), c.block_m, c.block_k, c.block_n),
         c.num_warps, c.num_stages,
     )  # fmt: skip
     return dx, da, db
