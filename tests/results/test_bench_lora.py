@@ -166,3 +166,23 @@ def test_the_wall_time_goals_set_ours_at_its_best_against_the_unsloth_style_loop
     without = lora._wall_goal(goal, [r for r in rows if r["provider"] != bench_lora.REDUCE_OVERHEAD])
     assert without.value == pytest.approx(745.0 / 330.0) and not goal.met(without.value)
     assert lora._wall_goal(goal, rows[1:]).reached == "not measured"  # no unsloth-style row
+
+
+def test_the_small_m_rows_count_as_ours_and_get_a_column_only_where_measured():
+    from lecture_code.results.sources import ResultFile
+    from lecture_code.results.workloads import lora
+
+    def table(rows):
+        result = ResultFile(path="x.csv", workload="lora", name="lora_overhead", stamp={}, rows=rows)
+        return lora.build(result).tables[0]
+
+    providers = (("base (frozen linear)", 0.0), ("v3", 89.3))
+    rows = [{**_row(p, prov, o, 1.0, shape="16x4096x4096 r16"), "ms": "0.02"}
+            for p in ("fwd", "fwd+bwd") for prov, o in providers]  # fmt: skip
+    assert bench_lora.SMALL not in table(rows).headers
+    small = [{**_row(p, bench_lora.SMALL, 12.5, 1.0, shape="16x4096x4096 r16"), "ms": "0.022"}
+             for p in ("fwd", "fwd+bwd")]  # fmt: skip
+    measured = table(rows + small)
+    column = measured.headers.index(bench_lora.SMALL)
+    assert [r[column] for r in measured.rows] == ["+12.5%", "+12.5%"]
+    assert all(r[measured.headers.index("ours: best")].endswith("(small)") for r in measured.rows)

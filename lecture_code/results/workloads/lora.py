@@ -8,7 +8,8 @@ from lecture_code.results.section import NOT_MEASURED, GoalCheck, Headline, Sect
 from lecture_code.results.sources import ResultFile
 
 BASE = "base (frozen linear)"
-OURS = ("v1", "v2", "v3")  # the Triton rungs of kernels.lora.linear's ladder (v0 is its plain-PyTorch rung)
+# the Triton rungs of kernels.lora.linear's ladder (v0 is its plain-PyTorch rung), and its small-M kernels
+OURS = ("v1", "v2", "v3", "small")
 REDUCE_OVERHEAD = "ours, reduce-overhead"  # the op under torch.compile(mode="reduce-overhead"), bench_lora
 WALL_RIVAL = "unsloth-style"  # the wall-time goals' reference: the fastest eager order, no graph
 BASELINES = ("eager", "torch.compile", "peft", "unsloth-style", "v0")
@@ -25,6 +26,8 @@ def build(result: ResultFile) -> Section:
         ours = {v: overhead[(shape, pass_, v)] for v in OURS if (shape, pass_, v) in overhead}
         return min(ours.items(), key=lambda kv: kv[1]) if ours else (None, None)
 
+    in_file = {r["provider"] for r in rows}
+    columns = [p for p in (*OURS, *BASELINES) if p in in_file]  # e.g. "small" only in a CSV that has it
     table_rows = []
     for shape, pass_ in cases:
         version, best = best_ours(shape, pass_)
@@ -34,13 +37,13 @@ def build(result: ResultFile) -> Section:
                 pass_,
                 num(base_ms.get((shape, pass_))),
                 f"{pct(best, signed=True)} ({version})" if version else NOT_MEASURED,
-                *[pct(overhead.get((shape, pass_, b)), signed=True) for b in (*OURS, *BASELINES)],
+                *[pct(overhead.get((shape, pass_, b)), signed=True) for b in columns],
                 *[pct(overhead.get((shape, pass_, p)), signed=True) for p in PUBLIC_KERNELS],
             ]
         )
     table = Table(
         "Overhead over the frozen base linear (time of the LoRA linear / time of the base − 1); base in ms",
-        ["shape (M×K×N, rank)", "pass", "base ms", "ours: best", *OURS, *BASELINES, *PUBLIC_KERNELS],
+        ["shape (M×K×N, rank)", "pass", "base ms", "ours: best", *columns, *PUBLIC_KERNELS],
         table_rows,
     )
     goals = []
@@ -80,8 +83,8 @@ def build(result: ResultFile) -> Section:
 
 
 def _wall_goal(goal, rows: list[dict]) -> GoalCheck:
-    """Ours' best wall µs per call (v1–v3 and the reduce-overhead row) over the unsloth-style order's (its
-    loop without a graph); "not measured" where a row or its wall column is missing."""
+    """Ours' best wall µs per call (v1–v3, small and the reduce-overhead row) over the unsloth-style order's
+    (its loop without a graph); "not measured" where a row or its wall column is missing."""
     shape, pass_ = goal.key.removesuffix(" wall").rsplit(" ", 1)
     wall = {
         r["provider"]: csv_number(r.get("wall us")) for r in rows if (r["shape"], r["pass"]) == (shape, pass_)
