@@ -313,6 +313,13 @@ def _small_m_check(x2, lora_b) -> str:
     return SMALL
 
 
+def _small_config(override) -> BranchConfig | None:
+    """``version="small"`` takes a ``BranchConfig`` (or None: its rule), forward and backward alike."""
+    if override is not None and not isinstance(override, BranchConfig):
+        raise TypeError(f"lora_linear: version='small' takes a BranchConfig, got {type(override).__name__}")
+    return override
+
+
 def _check(x, weight, lora_a, lora_b, scale, bias) -> None:
     fn = "lora_linear"
     device = None
@@ -396,11 +403,7 @@ def _forward_body(chosen, x2, weight, lora_a, lora_b, bias, scale, override):
         return x2.new_empty((0, N)), x2.new_empty((0, lora_a.shape[0]))
     config = None
     if chosen == SMALL:  # its rule, or the override's set fields on it (kernels.lora.small_m)
-        if override is not None and not isinstance(override, BranchConfig):
-            raise TypeError(
-                f"lora_linear: version='small' takes a BranchConfig, got {type(override).__name__}"
-            )
-        config = override
+        config = _small_config(override)
     elif chosen != "v0":
         config = forward_config(chosen, x2, weight, lora_b, bias is not None, override)
     return _forward(chosen, x2, weight, lora_a, lora_b, scale, bias, config)
@@ -432,8 +435,12 @@ def _backward_body(chosen, dy2, x2, weight, lora_a, lora_b, ts, scale, need_dx, 
     if x2.shape[0] == 0:
         dx = x2.new_zeros(x2.shape) if need_dx else None
         return dx, lora_a.new_zeros(lora_a.shape), lora_b.new_zeros(lora_b.shape)
-    if chosen == SMALL:  # one kernel for dX, dA and dB, on its rule's tiles
-        return small_m_backward(dy2, x2, weight, lora_a, lora_b, ts, scale, need_dx)
+    if chosen == SMALL:  # one kernel for dX, dA and dB: its rule's tiles, or the override's on them
+        return small_m_backward(dy2, x2, weight, lora_a, lora_b, ts, scale, need_dx, _small_config(override))
+    if override is not None and not isinstance(override, GemmConfig):
+        raise TypeError(
+            f"lora_linear: bwd_config of {chosen} must be a GemmConfig, got {type(override).__name__}"
+        )
     mode = _EPILOGUE_BACKWARD.get(chosen, "torch")
     return _backward(mode, dy2, x2, weight, lora_a, lora_b, ts, scale, need_dx, override)
 
@@ -490,19 +497,19 @@ def lora_linear(
     *,
     version: str | None = None,
     fwd_config: GemmConfig | BranchConfig | None = None,
-    bwd_config: GemmConfig | None = None,
+    bwd_config: GemmConfig | BranchConfig | None = None,
 ) -> torch.Tensor:
     """``x Wᵀ + b + s·(x Aᵀ) Bᵀ``: x ``[..., K]`` → ``[..., N]``, differentiable in x, lora_a and lora_b.
 
     ``weight`` [N, K] and ``bias`` [N] are frozen: passing them with ``requires_grad`` raises. ``version``:
-    one of :data:`VERSIONS`, :data:`SMALL` (M ≤ 64; ``fwd_config`` a ``BranchConfig``), or None for the
+    one of :data:`VERSIONS`, :data:`SMALL` (M ≤ 64; its configs are ``BranchConfig`` s), or None for the
     fastest that can run (see the module docstring for the general path and its warning).
     ``fwd_config``/``bwd_config``: :mod:`kernels.configs` carriers whose set fields override the tuned or
     rule config (``None`` fields are filled automatically).
     """
     _check(x, weight, lora_a, lora_b, scale, bias)
     for name, config, types in (("fwd_config", fwd_config, (GemmConfig, BranchConfig)),
-                                ("bwd_config", bwd_config, (GemmConfig,))):  # fmt: skip
+                                ("bwd_config", bwd_config, (GemmConfig, BranchConfig))):  # fmt: skip
         if config is not None and not isinstance(config, types):
             expected = " or ".join(t.__name__ for t in types)
             raise TypeError(

@@ -495,6 +495,13 @@ def test_small_m_refuses_what_it_cannot_take():
     with pytest.raises(TypeError, match="version='small' takes a BranchConfig, got GemmConfig"):
         lora_linear(x, w, a, b, SCALE, b0, version=SMALL, fwd_config=GemmConfig(block_m=64))
     assert choose_version(x, w, b, None)[0] != SMALL  # asked for by name only, until measured
+    ag = a.clone().requires_grad_()
+    with pytest.raises(TypeError, match="version='small' takes a BranchConfig, got GemmConfig"):
+        lora_linear(x, w, ag, b, SCALE, b0, version=SMALL, bwd_config=GemmConfig(block_m=64)).sum().backward()
+    with pytest.raises(TypeError, match="bwd_config of v1 must be a GemmConfig, got BranchConfig"):
+        lora_linear(
+            x, w, ag, b, SCALE, b0, version="v1", bwd_config=BranchConfig(block_n=16)
+        ).sum().backward()
 
 
 @pytest.mark.gpu

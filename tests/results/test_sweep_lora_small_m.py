@@ -1,0 +1,40 @@
+"""The small-M LoRA sweep (benchmarks/sweep_lora_small_m.py) on CPU, tiny sizes: the base first, every
+candidate checked against float64 before it is timed (forward and backward on the candidate's config)."""
+
+from __future__ import annotations
+
+import torch
+
+from benchmarks import sweep_lora_small_m as sweep
+from kernels import runtime
+
+
+def test_the_base_then_every_candidate_checked_and_timed():
+    rows = sweep.run_shape(*sweep.QUICK[0], torch.float32, runtime.default_device(), quick=True)
+    assert [(r["config"], r["rule"]) for r in rows] == [
+        ("base (frozen linear)", False), ("n32 k32 w4 s1", True), ("n32 k16 w4 s1", False)
+    ]  # fmt: skip
+    for r in rows:
+        assert r["why"] == "" and r["fwd us"] > 0 and r["fwd+bwd us"] > 0, r
+    assert all(r["error"] < 1e-5 for r in rows[1:])
+
+
+def test_the_backward_takes_the_candidates_config(monkeypatch):
+    import kernels.lora.small_m as small_m
+
+    seen = []
+    real = small_m.small_m_backward
+
+    def spy(*args, **kwargs):
+        seen.append(args[-1])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr("kernels.lora.linear.small_m_backward", spy)
+    sweep.run_shape(*sweep.QUICK[0], torch.float32, runtime.default_device(), quick=True)
+    assert sweep.BranchConfig(block_k=16) in seen
+
+
+def test_the_full_grid_names_distinct_configs():
+    rule = sweep.small_m_rule(16, 4096, 4096, 16)
+    got = sweep.candidates(rule, quick=False)
+    assert got[0] == rule and len(set(got)) == len(got) == 1 + 3 * 3 * 3 * 3
