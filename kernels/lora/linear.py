@@ -508,8 +508,10 @@ def lora_linear(
     rule config (``None`` fields are filled automatically).
     """
     _check(x, weight, lora_a, lora_b, scale, bias)
-    for name, config, types in (("fwd_config", fwd_config, (GemmConfig, BranchConfig)),
-                                ("bwd_config", bwd_config, (GemmConfig, BranchConfig))):  # fmt: skip
+    fwd_types, bwd_types = (
+        ((BranchConfig,),) * 2 if version == SMALL else ((GemmConfig, BranchConfig), (GemmConfig,))
+    )
+    for name, config, types in (("fwd_config", fwd_config, fwd_types), ("bwd_config", bwd_config, bwd_types)):
         if config is not None and not isinstance(config, types):
             expected = " or ".join(t.__name__ for t in types)
             raise TypeError(

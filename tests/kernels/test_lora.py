@@ -13,6 +13,7 @@ import kernels.lora.linear as lora_module
 import kernels.lora.small_m as small_m_module
 from kernels import reference, runtime
 from kernels.configs import BranchConfig, GemmConfig
+from kernels.library import encode_config
 from kernels.lora.linear import SMALL, VERSIONS, choose_version, lora_linear
 
 # (dtype, tol). Checked elementwise as |got - want| ≤ tol · (max|want| + |want|) against float64: the kernels
@@ -492,16 +493,14 @@ def test_small_m_refuses_what_it_cannot_take():
     with pytest.raises(ValueError, match=r"version='small' cannot run: r = 129 > 128"):
         lora_linear(x, w, a, b, SCALE, b0, version=SMALL)
     x, w, a, b, b0 = _inputs(4, 16, 8, 4, torch.float32)
-    with pytest.raises(TypeError, match="version='small' takes a BranchConfig, got GemmConfig"):
-        lora_linear(x, w, a, b, SCALE, b0, version=SMALL, fwd_config=GemmConfig(block_m=64))
+    for name in ("fwd_config", "bwd_config"):
+        with pytest.raises(TypeError, match=f"{name} must be a BranchConfig \\(or None\\), got GemmConfig"):
+            lora_linear(x, w, a, b, SCALE, b0, version=SMALL, **{name: GemmConfig(block_m=64)})
     assert choose_version(x, w, b, None)[0] != SMALL  # asked for by name only, until measured
-    ag = a.clone().requires_grad_()
-    with pytest.raises(TypeError, match="version='small' takes a BranchConfig, got GemmConfig"):
-        lora_linear(x, w, ag, b, SCALE, b0, version=SMALL, bwd_config=GemmConfig(block_m=64)).sum().backward()
+    ag = a.clone().requires_grad_()  # the op's own guard, for callers of the op itself
+    y, _ = lora_module._forward_op(x, w, ag, b, b0, SCALE, "v1", "", encode_config(BranchConfig(block_n=16)))
     with pytest.raises(TypeError, match="bwd_config of v1 must be a GemmConfig, got BranchConfig"):
-        lora_linear(
-            x, w, ag, b, SCALE, b0, version="v1", bwd_config=BranchConfig(block_n=16)
-        ).sum().backward()
+        y.sum().backward()
 
 
 @pytest.mark.gpu
