@@ -116,7 +116,9 @@ def _backward_kernel(
     acc = tl.zeros([BLOCK_M, BLOCK_K], dtype=tl.float32)
     u = tl.zeros([BLOCK_M, BLOCK_R], dtype=tl.float32)
     for n0 in range(0, N, BLOCK_N):
-        ns = n0 + tl.arange(0, BLOCK_N)
+        ns = (n0 + tl.arange(0, BLOCK_N)).to(
+            tl.int64
+        )  # W is indexed ns · stride_wn: past int32 for N·K > 2³¹
         n_mask = ns < N
         dy = tl.load(dy_ptr + rows[:, None] * stride_dym + ns[None, :] * stride_dyn,
                      mask=row_mask[:, None] & n_mask[None, :], other=0.0)  # fmt: skip
@@ -153,7 +155,7 @@ def _backward_kernel(
     if DOT_UPCAST:
         ts = ts.to(tl.float32)
     for j in range(pid, DB_TILES, programs):
-        ns = j * BLOCK_N + tl.arange(0, BLOCK_N)
+        ns = (j * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
         n_mask = ns < N
         dyt = tl.load(
             dy_ptr + ns[:, None] * stride_dyn + rows[None, :] * stride_dym,
