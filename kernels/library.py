@@ -23,10 +23,10 @@ Schemas are written out (``schema=``) instead of inferred from annotations: the 
 **Direct calls.** The dispatcher and the custom-op wrapper cost host time on every call, and a training step
 makes dozens of op calls. :func:`custom_op` returns an :class:`Op`: called where nothing intercepts torch
 (:func:`kernels.internals.plain_eager`: eager, no dispatch or function mode, no functorch transform, no
-profiler, plain tensors), it runs the op's body itself (through a plain ``torch.autograd.Function`` with the
-op's own autograd formula when an input needs a gradient) and bumps the version of each argument the op
-mutates, as the op would; anywhere else it calls the op. Same formulas, same bits
-(``tests/kernels/test_direct_calls.py``).
+profiler, plain tensors, no tracer's proxy), it runs the op's body itself (through a plain
+``torch.autograd.Function`` with the op's own autograd formula when an input needs a gradient) and bumps the
+version of each argument the op mutates, as the op would; anywhere else it calls the op. Same formulas, same
+bits (``tests/kernels/test_direct_calls.py``).
 
 :func:`encode_config` / :func:`decode_config`: a :mod:`kernels.configs` carrier (a dataclass, which an op
 schema cannot hold) as a string and back; ``None`` is ``""``.
@@ -71,10 +71,19 @@ def registered() -> dict[str, Op]:
     return dict(_REGISTERED)
 
 
+def _flat(args) -> list:
+    return [t for a in args for t in (a if isinstance(a, (list, tuple)) else (a,))]
+
+
 def _tensors(args) -> list:
-    return [
-        t for a in args for t in (a if isinstance(a, (list, tuple)) else (a,)) if isinstance(t, torch.Tensor)
-    ]
+    return [t for t in _flat(args) if isinstance(t, torch.Tensor)]
+
+
+def _traced(args) -> bool:
+    """An argument that overrides torch but is no tensor: a tracer's proxy (torch.fx) must see the op."""
+    return any(
+        hasattr(type(t), "__torch_function__") and not isinstance(t, torch.Tensor) for t in _flat(args)
+    )
 
 
 class Op:
@@ -93,7 +102,7 @@ class Op:
         if kwargs or torch.compiler.is_compiling():
             return self.op(*args, **kwargs)
         tensors = _tensors(args)
-        if not plain_eager(*tensors):
+        if not plain_eager(*tensors) or _traced(args):
             return self.op(*args)
         if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
             if self.backward is None or self.mutated:  # the op's own error or rule, not a guess here

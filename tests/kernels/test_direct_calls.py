@@ -174,3 +174,19 @@ def test_serving_under_inference_mode_is_direct_and_identical(op_calls):
         assert op_calls == {}
         library.registered()["add_multi_lora"].op(*via_op)
     assert torch.equal(direct[0], via_op[0]) and not torch.equal(direct[0], args[0])
+
+
+def test_torch_fx_symbolic_trace_records_the_op(op_calls):
+    class Layer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bias = torch.nn.Parameter(rand(7))
+
+        def forward(self, x):
+            return library.registered()["bias_relu"](x, self.bias)
+
+    traced = torch.fx.symbolic_trace(Layer())
+    targets = [str(n.target) for n in traced.graph.nodes if n.op == "call_function"]
+    assert targets == ["fused_kernels.bias_relu.default"] and op_calls == {"bias_relu": 1}
+    x = rand(5, 7)
+    assert torch.equal(traced(x), library.registered()["bias_relu"].op(x, traced.bias))
