@@ -71,13 +71,14 @@ def autotuner_best_config(autotuner) -> triton.Config:
 
 def plain_eager(*tensors) -> bool:
     """Whether an op's body may be called directly instead of the ``torch.library`` op, with the same result:
-    eager (not tracing), no ``TorchDispatchMode`` or ``TorchFunctionMode`` active (FakeTensorMode,
-    FlopCounterMode, …), no functorch transform (vmap, grad), no profiler (whose traces name the op), and
-    each tensor (None allowed) a plain ``torch.Tensor`` or ``Parameter``, not a subclass. False outside
-    :data:`TORCH_KNOWN_TO_WORK`."""
+    eager (neither torch.compile nor ``torch.jit.trace`` tracing), no ``TorchDispatchMode`` or
+    ``TorchFunctionMode`` active (FakeTensorMode, FlopCounterMode, …), no functorch transform (vmap, grad), no
+    profiler (whose traces name the op), and each tensor (None allowed) a plain ``torch.Tensor`` or
+    ``Parameter``, not a subclass. False outside :data:`TORCH_KNOWN_TO_WORK`."""
     return (
         _PROBES_WORK
         and not torch.compiler.is_compiling()
+        and not torch.jit.is_tracing()
         and not torch._C._len_torch_dispatch_stack()
         and not torch._C._is_torch_function_mode_enabled()
         and not torch._C._are_functorch_transforms_active()

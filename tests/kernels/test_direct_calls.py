@@ -190,3 +190,9 @@ def test_torch_fx_symbolic_trace_records_the_op(op_calls):
     assert targets == ["fused_kernels.bias_relu.default"] and op_calls == {"bias_relu": 1}
     x = rand(5, 7)
     assert torch.equal(traced(x), library.registered()["bias_relu"].op(x, traced.bias))
+
+
+def test_torch_jit_trace_records_the_op(op_calls):
+    x, b = rand(5, 7), rand(7)
+    traced = torch.jit.trace(lambda x, b: library.registered()["bias_relu"](x, b), (x, b), check_trace=False)
+    assert "fused_kernels::bias_relu" in str(traced.graph) and op_calls == {"bias_relu": 1}
