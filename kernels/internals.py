@@ -74,7 +74,8 @@ def plain_eager(*tensors) -> bool:
     eager (neither torch.compile nor ``torch.jit.trace`` tracing), no ``TorchDispatchMode`` or
     ``TorchFunctionMode`` active (FakeTensorMode, FlopCounterMode, …), no functorch transform (vmap, grad), no
     profiler (whose traces name the op), and each tensor (None allowed) a plain ``torch.Tensor`` or
-    ``Parameter``, not a subclass. False outside :data:`TORCH_KNOWN_TO_WORK`."""
+    ``Parameter``, not a subclass, not on the meta device (the op's fake function answers there). False
+    outside :data:`TORCH_KNOWN_TO_WORK`."""
     return (
         _PROBES_WORK
         and not torch.compiler.is_compiling()
@@ -83,5 +84,5 @@ def plain_eager(*tensors) -> bool:
         and not torch._C._is_torch_function_mode_enabled()
         and not torch._C._are_functorch_transforms_active()
         and not torch.autograd.profiler._is_profiler_enabled
-        and all(t is None or type(t) in _PLAIN_TENSORS for t in tensors)
+        and all(t is None or (type(t) in _PLAIN_TENSORS and not t.is_meta) for t in tensors)
     )

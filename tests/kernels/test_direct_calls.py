@@ -196,3 +196,9 @@ def test_torch_jit_trace_records_the_op(op_calls):
     x, b = rand(5, 7), rand(7)
     traced = torch.jit.trace(lambda x, b: library.registered()["bias_relu"](x, b), (x, b), check_trace=False)
     assert "fused_kernels::bias_relu" in str(traced.graph) and op_calls == {"bias_relu": 1}
+
+
+def test_meta_tensors_take_the_op_and_its_fake_function(op_calls):
+    x, b = torch.empty(5, 7, device="meta"), torch.empty(7, device="meta")
+    out = library.registered()["bias_relu"](x, b)
+    assert (out.device.type, out.shape) == ("meta", (5, 7)) and op_calls == {"bias_relu": 1}
