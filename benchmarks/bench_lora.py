@@ -179,7 +179,7 @@ def _graph_rows(timed: list[tuple[str, str, object]], shape: str, device) -> tup
     return rows, skipped
 
 
-def _inputs(M, K, N, r, dtype, device) -> tuple[torch.Tensor, ...]:
+def inputs(M, K, N, r, dtype, device) -> tuple[torch.Tensor, ...]:
     """x, W, A, B (nonzero: a trained adapter, not LoRA's init) and dY, drawn by a seeded CPU generator and
     moved. The CUDA generator is left alone: after a failed graph capture it refuses every later draw in the
     process (``lecture_code.bench.graphed``), which stopped a run on the H200."""
@@ -195,7 +195,7 @@ def run_shape(M, K, N, r, dtype, device, compile_: bool, graphs: bool = False) -
     """Rows of (shape, pass, provider) timings, and the reasons for rows not measured (a compiled provider
     that failed to compile or run; a peer missing, failing or wrong here; graphs: also the CUDA-graph
     rows)."""
-    x, w, a, b, dy = _inputs(M, K, N, r, dtype, device)
+    x, w, a, b, dy = inputs(M, K, N, r, dtype, device)
     xg, ag, bg = (t.clone().requires_grad_() for t in (x, a, b))
 
     def base_fwd():

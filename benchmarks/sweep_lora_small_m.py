@@ -13,15 +13,12 @@ uncompilable one is a row with its reason, not a crash).
 
 from __future__ import annotations
 
-import argparse
 import itertools
-import warnings
-from pathlib import Path
 
 import torch
 
-import kernels  # noqa: F401  (decides the runtime mode first)
-from kernels import reference, runtime
+from benchmarks import bench_lora, sweeps
+from kernels import reference
 from kernels.configs import BranchConfig
 from kernels.lora.linear import SMALL, lora_linear
 from kernels.lora.small_m import small_m_rule
@@ -40,28 +37,15 @@ def candidates(rule: BranchConfig, quick: bool) -> list[BranchConfig]:
     return [rule] + [BranchConfig(block_n=n, block_k=k, num_warps=w, num_stages=s) for n, k, w, s in grid]
 
 
-def _inputs(M, K, N, r, dtype, device):
-    """x, W, A, B, dY from a seeded CPU generator, moved (the device's generator is never drawn from)."""
-    g = torch.Generator().manual_seed(M * 31 + N * 7 + r)
-
-    def draw(*shape, fan_in=1):
-        return (torch.randn(*shape, generator=g) / fan_in**0.5).to(device, dtype)
-
-    return draw(M, K), draw(N, K, fan_in=K), draw(r, K, fan_in=K), draw(N, r, fan_in=r), draw(M, N)
-
-
 def run_shape(M, K, N, r, dtype, device, quick: bool) -> list[dict]:
     """Rows: the base linear's fwd and fwd+bwd, then per candidate both passes (device µs in a graph, the
     largest relative error of y, dX, dA, dB against float64), or why a candidate has no time."""
-    x, w, a, b, dy = _inputs(M, K, N, r, dtype, device)
+    x, w, a, b, dy = bench_lora.inputs(M, K, N, r, dtype, device)  # as bench_lora draws them
     xg, ag, bg = (t.clone().requires_grad_() for t in (x, a, b))
     x64, a64, b64 = (t.double().requires_grad_() for t in (x, a, b))
     want_y = reference.lora_linear(x64, w.double(), a64, b64, SCALE)
     want = (want_y, *torch.autograd.grad(want_y, (x64, a64, b64), dy.double()))
     shape = f"{M}x{K}x{N} r{r}"
-
-    def timed(fn):
-        return 1e3 * bu.median_ms(bu.graphed(fn, device) if bu.on_gpu(device) else fn, device)
 
     def base_fwd():
         return torch.nn.functional.linear(x, w)
@@ -70,7 +54,13 @@ def run_shape(M, K, N, r, dtype, device, quick: bool) -> list[dict]:
         return torch.autograd.grad(torch.nn.functional.linear(xg, w), (xg,), dy)
 
     base = {"shape": shape, "config": "base (frozen linear)", "rule": False, "error": None, "why": ""}
-    rows = [{**base, "fwd us": timed(base_fwd), "fwd+bwd us": timed(base_fwd_bwd)}]
+    rows = [
+        {
+            **base,
+            "fwd us": sweeps.graph_us(base_fwd, device),
+            "fwd+bwd us": sweeps.graph_us(base_fwd_bwd, device),
+        }
+    ]
     rule = small_m_rule(M, K, N, r)
     for i, c in enumerate(candidates(rule, quick)):
         f = c.filled(rule)
@@ -92,45 +82,35 @@ def run_shape(M, K, N, r, dtype, device, quick: bool) -> list[dict]:
             err = max(((g.double() - e).norm() / e.norm()).item() for g, e in zip(got, want, strict=True))
             if not err < 3e-2:
                 raise AssertionError(f"relative error {err:.3g} against the float64 reference")
-            rows.append({**row, "error": err, "why": "", "fwd us": timed(fwd), "fwd+bwd us": timed(fwd_bwd)})
+            rows.append(
+                {
+                    **row,
+                    "error": err,
+                    "why": "",
+                    "fwd us": sweeps.graph_us(fwd, device),
+                    "fwd+bwd us": sweeps.graph_us(fwd_bwd, device),
+                }
+            )
         except Exception as e:  # noqa: BLE001 — a config that does not compile or answers wrong: its reason
-            rows.append({**row, "error": None, "why": f"{type(e).__name__}: {str(e)[:160]}"})
+            rows.append({**row, "error": None, "why": sweeps.reason(e)})
     return rows
 
 
-def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="tiny sizes (the default on a CPU)")
-    p.add_argument("--top", type=int, default=8, help="candidates printed per shape (all are saved)")
-    p.add_argument("--results-dir", type=Path, help="where the CSV goes (default benchmarks/results)")
-    args = p.parse_args(argv)
-    device = runtime.default_device()
-    bu.setup(device)
-    quick = args.quick or not bu.on_gpu(device)
-    dtype = torch.bfloat16 if bu.on_gpu(device) else torch.float32
-    rows = []
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        for shape in QUICK if quick else SHAPES:
-            rows += run_shape(*shape, dtype, device, quick)
+def report(rows: list[dict], top: int) -> None:
+    """Per shape: the base, the ``top`` fastest candidates by fwd+bwd, and the rule's row."""
     for shape in dict.fromkeys(r["shape"] for r in rows):
         group = [r for r in rows if r["shape"] == shape]
         timed = sorted((r for r in group[1:] if r.get("fwd+bwd us")), key=lambda r: r["fwd+bwd us"])
-        shown = [
-            group[0],
-            *timed[: args.top],
-            *[r for r in group if r["rule"] and r not in timed[: args.top]],
-        ]
+        shown = [group[0], *timed[:top], *[r for r in group if r["rule"] and r not in timed[:top]]]
         print(
             f"{shape}: {len(timed)} of {len(group) - 1} candidates timed (µs per call; a GPU's device time "
             "of the call replayed from a CUDA graph)"
         )
         bu.print_table(shown, ["config", "rule", "fwd us", "fwd+bwd us", "error"])
-    for why in dict.fromkeys(r["why"] for r in rows if r.get("why")):
-        print(f"[not timed] {why}")
-    meta = {**bu.stamp(device), "dtype": str(dtype).removeprefix("torch.")}
-    path = bu.save(rows, "lora_small_m", "lora_small_m_sweep", meta, root=args.results_dir)
-    print(f"saved {path}")
+
+
+def main(argv=None) -> None:
+    sweeps.main(__doc__, run_shape, SHAPES, QUICK, "lora_small_m", report, top=8, argv=argv)
 
 
 if __name__ == "__main__":

@@ -16,15 +16,12 @@ or uncompilable one is a row with its reason, not a crash). Metadata built once,
 
 from __future__ import annotations
 
-import argparse
 import itertools
-import warnings
-from pathlib import Path
 
 import torch
 
-import kernels  # noqa: F401  (decides the runtime mode first)
-from kernels import reference, runtime
+from benchmarks import sweeps
+from kernels import reference
 from kernels.configs import BranchConfig
 from kernels.multi_lora.metadata import build_meta
 from kernels.multi_lora.shrink_expand import add_multi_lora, plan
@@ -100,39 +97,24 @@ def run_shape(T, L, r, K, N, dtype, device, quick: bool) -> list[dict]:
             err = ((out.double() - want).norm() / (want - y.double()).norm()).item()
             if not err < 2e-2:
                 raise AssertionError(f"relative error {err:.3g} against the float64 reference")
-            ms = bu.median_ms(bu.graphed(call, device) if bu.on_gpu(device) else call, device)
-            rows.append({**row, "us": 1e3 * ms, "error": err, "why": ""})
+            rows.append({**row, "us": sweeps.graph_us(call, device), "error": err, "why": ""})
         except Exception as e:  # noqa: BLE001 — a config that does not compile or answers wrong: its reason
-            rows.append({**row, "us": None, "error": None, "why": f"{type(e).__name__}: {str(e)[:160]}"})
+            rows.append({**row, "us": None, "error": None, "why": sweeps.reason(e)})
     return rows
 
 
-def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="tiny sizes (the default on a CPU)")
-    p.add_argument("--top", type=int, default=6, help="rows printed per shape and path (all are saved)")
-    p.add_argument("--results-dir", type=Path, help="where the CSV goes (default benchmarks/results)")
-    args = p.parse_args(argv)
-    device = runtime.default_device()
-    bu.setup(device)
-    quick = args.quick or not bu.on_gpu(device)
-    dtype = torch.bfloat16 if bu.on_gpu(device) else torch.float32
-    rows = []
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        for shape in QUICK if quick else SHAPES:
-            rows += run_shape(*shape, dtype, device, quick)
+def report(rows: list[dict], top: int) -> None:
+    """Per shape and path: the ``top`` fastest candidates and the rule's row."""
     for (shape, path), group in itertools.groupby(rows, key=lambda r: (r["shape"], r["path"])):
         group = list(group)
         timed = sorted((r for r in group if r["us"] is not None), key=lambda r: r["us"])
-        shown = timed[: args.top] + [r for r in group if r["rule"] and r not in timed[: args.top]]
+        shown = timed[:top] + [r for r in group if r["rule"] and r not in timed[:top]]
         print(f"{shape}, {path}: {len(timed)} of {len(group)} candidates timed")
         bu.print_table(shown, ["config", "rule", "us", "error"])
-    for why in dict.fromkeys(r["why"] for r in rows if r["why"]):
-        print(f"[not timed] {why}")
-    meta = {**bu.stamp(device), "dtype": str(dtype).removeprefix("torch.")}
-    path = bu.save(rows, "multi_lora_decode", "multi_lora_decode_sweep", meta, root=args.results_dir)
-    print(f"saved {path}")
+
+
+def main(argv=None) -> None:
+    sweeps.main(__doc__, run_shape, SHAPES, QUICK, "multi_lora_decode", report, top=6, argv=argv)
 
 
 if __name__ == "__main__":

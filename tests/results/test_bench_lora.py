@@ -91,7 +91,7 @@ print(json.dumps({"rows": rows, "skipped": skipped}))
 @pytest.mark.gpu
 def test_reduce_overhead_runs_our_op_in_inductor_graphs_forward_and_backward():
     # in a process of its own: inductor's graph trees and hand-captured graphs in one process can leave the
-    # CUDA generator refusing later draws (bench_lora._inputs), which would fail this worker's next tests
+    # CUDA generator refusing later draws (bench_lora.inputs), which would fail this worker's next tests
     done = subprocess.run([sys.executable, "-c", _REDUCE_OVERHEAD_SHAPE], cwd=REPO_ROOT, capture_output=True,
                           text=True, check=True)  # fmt: skip
     got = json.loads(done.stdout.strip().splitlines()[-1])
