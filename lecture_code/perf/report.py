@@ -214,7 +214,7 @@ def kaggle_sentences(rows: Sequence[dict], copy_gbps: float | None, passes: int)
             continue
         out.append(
             f"{r['label']}: {r['embedding_mb']:,.0f} MiB of embeddings; the GPU works {fmt_ms(busy)} of a "
-            f"{fmt_ms(wall)} step ({100 * busy / wall:.0f}%). Top GPU kernels: {top}."
+            f"{fmt_ms(wall)} step ({100 * busy / wall:.0f}%). Top GPU events: {top}."
         )
     big = rows[-1]
     moved_gb = passes * big["embedding_mb"] * 2**20 / 1e9
