@@ -43,9 +43,8 @@ from kernels.runtime import dot_upcast, interpreting
 __all__ = ["MAX_M", "SMALL_M_NEEDS", "small_m_backward", "small_m_forward", "small_m_rule"]
 
 MAX_M = 64  # every row in one block: the [M, BLOCK_N] accumulator and the [M, r] tiles in registers
-# Pointer loads and tl.dot (Triton's floor, sm_80). The rule's largest stages, 3 of a [64, 128] x tile, a
-# [128, 32] W tile and a [128, 32] A tile in 16-bit (or 64 deep for r > 32), ask at most 96 KB of shared
-# memory; every sm_80+ GPU offers at least 99 KB.
+# Pointer loads and tl.dot (Triton's floor, sm_80). small_m_rule sizes its 4 stages of x, W and A tiles to
+# at most 96 KB of shared memory; every sm_80+ GPU offers at least 99 KB.
 SMALL_M_NEEDS = Needs("LoRA at small M (one kernel each way)", TRITON_FLOOR, 96 * 1024)
 
 
@@ -169,17 +168,29 @@ def _backward_kernel(
                  mask=n_mask[:, None] & r_mask[None, :])  # fmt: skip
 
 
-def small_m_rule(M: int, K: int, N: int, r: int) -> BranchConfig:
+def small_m_rule(M: int, K: int, N: int, r: int, element_size: int = 2) -> BranchConfig:
     """One config for both kernels, in the forward's terms: ``block_n`` the columns a program owns (of y; the
     backward's programs own as many columns of dX), ``block_k`` the depth of a loop step (over K; the
-    backward's steps go as deep over N). ``block_m``: the rows padded (≥ 16, tl.dot's floor). 32 columns (at
-    K = N = 4096, 128 programs each way: about one per SM of an H100 or H200); 128-deep steps (64 for r > 32),
-    so a stage of x, W and A tiles (16-bit, 64 rows) stays under 32 KB. A rule from the bytes, not a sweep
-    yet. Interpreter: tiles no larger than the problem."""
+    backward's steps go as deep over N). ``block_m``: the rows padded (≥ 16, tl.dot's floor).
+
+    From the sweep (``benchmarks/sweep_lora_small_m.py``; its CSV
+    ``benchmarks/results/lora_small_m/lora_small_m_sweep_nvidia-h200_2026-11-29.csv``): at 16×4096×4096 r16
+    bf16 on an H200, replayed from a CUDA graph, 16 columns, 256-deep steps, 2 warps and 4 stages took 18.9 µs
+    forward and 40.1 µs forward + backward (the base: 19.6 and 30.9), the fastest of 81 candidates both ways;
+    the earlier rule (32 columns, 128 deep, 4 warps, 3 stages) 26.9 and 50.0. Measured at that shape only: at
+    more rows or a larger rank the depth halves until the 4 stages of an x, a W and an A tile fit
+    ``SMALL_M_NEEDS``' 96 KB (at 16 rows, r ≤ 16 and 16-bit inputs they fill it exactly). Interpreter: tiles
+    no larger than the problem."""
     bm = max(16, dot_block(M))
     if interpreting():
         return BranchConfig(bm, min(32, dot_block(min(N, K))), min(32, dot_block(max(N, K))), 1, 4, 1)
-    return BranchConfig(bm, 32, 128 if dot_block(r) <= 32 else 64, 1, 4, 3)
+    bn, stages = 16, 4
+    depth = 256
+    while (
+        depth > 16 and stages * (bm + bn + dot_block(r)) * depth * element_size > SMALL_M_NEEDS.smem_per_block
+    ):
+        depth //= 2
+    return BranchConfig(bm, bn, depth, 1, 2, stages)
 
 
 @functools.lru_cache(maxsize=256)
@@ -194,10 +205,10 @@ _launch_fwd = CachedLauncher(_forward_kernel)
 _launch_bwd = CachedLauncher(_backward_kernel)
 
 
-def _config(M: int, K: int, N: int, R: int, config: BranchConfig | None) -> BranchConfig:
+def _config(M: int, K: int, N: int, R: int, element_size: int, config: BranchConfig | None) -> BranchConfig:
     if M > MAX_M:
         raise ValueError(f"lora_linear: version='small' takes M ≤ {MAX_M} rows, got M = {M}")
-    rule = small_m_rule(M, K, N, R)
+    rule = small_m_rule(M, K, N, R, element_size)
     return rule if config is None else config.filled(rule)
 
 
@@ -205,7 +216,7 @@ def small_m_forward(x, weight, lora_a, lora_b, scale: float, bias=None, config: 
     """``(y [M, N], s·t [M, r])`` for 2-D x (arguments checked by the caller; any strides)."""
     M, K = x.shape
     N, R = lora_b.shape
-    c = _config(M, K, N, R, config)
+    c = _config(M, K, N, R, x.element_size(), config)
     y = torch.empty((M, N), device=x.device, dtype=x.dtype)
     ts = torch.empty((M, R), device=x.device, dtype=x.dtype)
     _launch_fwd(
@@ -223,7 +234,7 @@ def small_m_backward(dy, x, weight, lora_a, lora_b, ts, scale: float, need_dx: b
     """``(dX or None, dA, dB)`` from dY [M, N] and the forward's s·t (2-D, checked by the caller)."""
     M, K = x.shape
     N, R = lora_b.shape
-    c = _config(M, K, N, R, config)
+    c = _config(M, K, N, R, x.element_size(), config)
     dx = torch.empty((M, K), device=x.device, dtype=x.dtype) if need_dx else None
     da, db = (
         torch.empty_like(lora_a, memory_format=torch.contiguous_format),

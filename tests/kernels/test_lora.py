@@ -13,6 +13,7 @@ import kernels.lora.linear as lora_module
 import kernels.lora.small_m as small_m_module
 from kernels import reference, runtime
 from kernels.configs import BranchConfig, GemmConfig
+from kernels.launch import dot_block
 from kernels.library import encode_config
 from kernels.lora.linear import SMALL, VERSIONS, choose_version, lora_linear
 
@@ -483,6 +484,21 @@ def test_small_m_when_only_the_adapter_needs_grad(seed, poison_empty):
     for name, g, e in zip(("dA", "dB"), torch.autograd.grad(y, (ag, bg), grad.float()),
                           torch.autograd.grad(want, (a64, b64), grad), strict=True):  # fmt: skip
         _close(g, e, 2e-5, name)
+
+
+@pytest.mark.parametrize("element_size", [2, 4])
+def test_small_m_gpu_rule_fits_its_shared_memory(element_size, monkeypatch):
+    # The GPU rule (not the interpreter's): its stages of x, W and A tiles within SMALL_M_NEEDS at every M and
+    # r the path takes; the swept config (16 columns, 256 deep, 2 warps, 4 stages) at 16 rows, r 16, 16-bit.
+    monkeypatch.setattr(small_m_module, "interpreting", lambda: False)
+    for M in range(1, 65):
+        for r in (1, 8, 16, 17, 32, 64, 128):
+            c = small_m_module.small_m_rule(M, 4096, 4096, r, element_size)
+            stage = (c.block_m + c.block_n + dot_block(r)) * c.block_k * element_size
+            assert c.num_stages * stage <= small_m_module.SMALL_M_NEEDS.smem_per_block, (M, r, c)
+            assert c.block_m >= M and c.block_k >= 16, (M, r, c)
+    got = small_m_module.small_m_rule(16, 4096, 4096, 16, 2)
+    assert (got.block_n, got.block_k, got.num_warps, got.num_stages) == (16, 256, 2, 4)
 
 
 def test_small_m_refuses_what_it_cannot_take():
