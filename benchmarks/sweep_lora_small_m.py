@@ -1,10 +1,11 @@
 """Which tiles make ``lora_linear(version="small")`` fastest (``kernels/lora/small_m.py``): forward and
 forward + backward at M = 1 and 16 rows, K = N = 4096, r 16, each call replayed from a CUDA graph, beside the
-frozen base linear in a graph. The measurements a small-M rule starts from (issue goal, in a graph: ≤ +50%
+frozen base linear in a graph. The measurements a small-M rule starts from (the goal, in a graph: ≤ +50%
 over the base at M = 16).
 
 Per shape: the rule's config first, then every ``block_n`` (columns a program owns) × ``block_k`` (depth of a
-loop step) × warps × stages; every candidate checked against the float64 reference first (a wrong or
+loop step) × warps × stages; every candidate's forward + backward captured, replayed and its answer (the
+replay's, not an eager call's) checked against the float64 reference before its time counts (a wrong or
 uncompilable one is a row with its reason, not a crash).
 
     python -m benchmarks.sweep_lora_small_m            # GPU: bf16; CSV under benchmarks/results/
@@ -70,15 +71,17 @@ def run_shape(M, K, N, r, dtype, device, quick: bool) -> list[dict]:
             "rule": i == 0,
         }
 
+        got: list[torch.Tensor] = []  # what the last call returned: on a GPU, the graph's replayed outputs
+
         def fwd(c=c):
             return lora_linear(x, w, ag, bg, SCALE, version=SMALL, fwd_config=c)
 
-        def fwd_bwd(c=c):  # the backward on the same config
+        def fwd_bwd(c=c, got=got):  # the backward on the same config
             y = lora_linear(xg, w, ag, bg, SCALE, version=SMALL, fwd_config=c, bwd_config=c)
-            return y, *torch.autograd.grad(y, (xg, ag, bg), dy)
+            got[:] = (y, *torch.autograd.grad(y, (xg, ag, bg), dy))
 
-        try:
-            got = fwd_bwd()
+        try:  # timed first, then the replay's answer checked: the graph itself, not an eager call, is checked
+            fwd_bwd_us = sweeps.graph_us(fwd_bwd, device)
             err = max(((g.double() - e).norm() / e.norm()).item() for g, e in zip(got, want, strict=True))
             if not err < 3e-2:
                 raise AssertionError(f"relative error {err:.3g} against the float64 reference")
@@ -88,7 +91,7 @@ def run_shape(M, K, N, r, dtype, device, quick: bool) -> list[dict]:
                     "error": err,
                     "why": "",
                     "fwd us": sweeps.graph_us(fwd, device),
-                    "fwd+bwd us": sweeps.graph_us(fwd_bwd, device),
+                    "fwd+bwd us": fwd_bwd_us,
                 }
             )
         except Exception as e:  # noqa: BLE001 — a config that does not compile or answers wrong: its reason

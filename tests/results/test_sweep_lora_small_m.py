@@ -45,3 +45,19 @@ def test_the_full_grid_names_distinct_configs():
     rule = sweep.small_m_rule(16, 4096, 4096, 16)
     got = sweep.candidates(rule, quick=False)
     assert got[0] == rule and len(set(got)) == len(got) == 1 + 3 * 3 * 3 * 3
+
+
+def test_a_wrong_answer_is_a_row_with_its_reason_not_a_time(monkeypatch):
+    import kernels.lora.small_m as small_m
+
+    real = small_m.small_m_backward
+
+    def wrong_da(*args, **kwargs):
+        dx, da, db = real(*args, **kwargs)
+        return dx, da + 1, db
+
+    monkeypatch.setattr("kernels.lora.linear.small_m_backward", wrong_da)
+    rows = sweep.run_shape(*sweep.QUICK[0], torch.float32, runtime.default_device(), quick=True)
+    assert rows[0]["fwd+bwd us"] > 0  # the base
+    for r in rows[1:]:
+        assert r["why"].startswith("AssertionError: relative error") and "fwd us" not in r, r
