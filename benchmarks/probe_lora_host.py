@@ -40,6 +40,7 @@ import kernels.lora.branch as branch
 import kernels.lora.gemm as gemm
 import kernels.lora.linear as linear
 import kernels.lora.skinny as skinny
+import kernels.lora.small_m as small_m
 from kernels import reference
 from kernels.fast_launch import CachedLauncher
 from kernels.gpu_features import GpuFeatures
@@ -100,6 +101,11 @@ def pretend_gpu(name: str) -> None:
     torch.cuda.current_device = lambda: 0  # the launch key names the device
     for module in KERNEL_MODULES:
         module._launch = _stub_launcher(module)
+    small_m.interpreting = lambda: False  # the GPU's tiles (small_m_rule)
+    for name in ("_launch_fwd", "_launch_bwd"):
+        launcher = CachedLauncher(_NoKernel(getattr(small_m, name).fn))
+        launcher.enabled = True
+        setattr(small_m, name, launcher)
     linear.device_problems.cache_clear()
     gemm.check_co_resident.cache_clear()
 
@@ -114,21 +120,21 @@ def _inputs(M: int, K: int, N: int, r: int, dtype: torch.dtype):
     return x, w, a, b, dy
 
 
-def _step(fn, x, w, a, b, dy):
-    y = fn(x, w, a, b, 2.0)
+def _step(fn, x, w, a, b, dy, **kwargs):
+    y = fn(x, w, a, b, 2.0, **kwargs)
     y.backward(dy)
     x.grad = a.grad = b.grad = None
 
 
-def time_us(fn, args, iters: int, repeats: int) -> float:
+def time_us(fn, args, iters: int, repeats: int, **kwargs) -> float:
     """Median over ``repeats`` of the mean µs per forward+backward over ``iters`` calls."""
     for _ in range(20):
-        _step(fn, *args)
+        _step(fn, *args, **kwargs)
     samples = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         for _ in range(iters):
-            _step(fn, *args)
+            _step(fn, *args, **kwargs)
         samples.append((time.perf_counter() - t0) / iters * 1e6)
     return statistics.median(samples)
 
@@ -159,6 +165,9 @@ def main() -> None:
         us = time_us(linear.lora_linear, inputs, args.iters, args.repeats)
         launches = {m.__name__.rsplit(".", 1)[1]: m._launch.fn.launches for m in KERNEL_MODULES}
         print(f"{'lora_linear ' + chosen + ' (' + name + ')':32s} {us:8.1f}   stubbed launches {launches}")
+        if M <= small_m.MAX_M:  # the whole layer in one kernel each way
+            us = time_us(linear.lora_linear, inputs, args.iters, args.repeats, version=linear.SMALL)
+            print(f"{'lora_linear small (' + name + ')':32s} {us:8.1f}")
         if args.profile:
             profiler = cProfile.Profile()
             profiler.enable()

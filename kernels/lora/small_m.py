@@ -6,9 +6,10 @@ Shapes: x [M, K], W [N, K], A [r, K], B [N, r], y [M, N], s·t [M, r], M ≤ :da
 **Why.** At M = 16, K = N = 4096 the base GEMM reads W (32 MB in bf16) and little else: it is bound by W's
 bytes, and the LoRA terms add almost no bytes (A and B are 0.25 MB) but, done as separate kernels, two to
 six launches of a few µs each. In ``benchmarks/results/lora/lora_overhead_nvidia-h200_2026-11-29.csv`` at
-16×4096×4096 r16 the base takes 19.4 µs forward and 30.8 µs forward + backward (device time), the
-unsloth-style order adds 54% / 109% and v3 89% / 127%. Here every program owns ``BLOCK_N`` output columns and
-all M rows, streams its ``[BLOCK_N, K]`` slice of W once, and does the LoRA work beside it:
+16×4096×4096 r16 the base takes 19.2 µs forward and 31.7 µs forward + backward (device time), the
+unsloth-style order adds 59% / 111% and v3 82% / 114% (this path, with its first rule: 38% / 58%). Here
+every program owns ``BLOCK_N`` output columns and all M rows, streams its ``[BLOCK_N, K]`` slice of W once,
+and does the LoRA work beside it:
 
 - **forward** (:func:`small_m_forward`): ``acc = x W_nᵀ`` over K, and in the same loop ``t = x Aᵀ`` (every
   program recomputes t: x and A are re-read from L2, 2·M·r·K FLOPs each, nothing next to W's bytes); then
@@ -184,11 +185,16 @@ def small_m_rule(M: int, K: int, N: int, r: int, element_size: int = 2) -> Branc
     bm = max(16, dot_block(M))
     if interpreting():
         return BranchConfig(bm, min(32, dot_block(min(N, K))), min(32, dot_block(max(N, K))), 1, 4, 1)
+    return _gpu_rule(bm, dot_block(r), element_size)
+
+
+@functools.lru_cache(maxsize=64)
+def _gpu_rule(
+    bm: int, block_r: int, element_size: int
+) -> BranchConfig:  # cached: a carrier costs µs to build
     bn, stages = 16, 4
     depth = 256
-    while (
-        depth > 16 and stages * (bm + bn + dot_block(r)) * depth * element_size > SMALL_M_NEEDS.smem_per_block
-    ):
+    while depth > 16 and stages * (bm + bn + block_r) * depth * element_size > SMALL_M_NEEDS.smem_per_block:
         depth //= 2
     return BranchConfig(bm, bn, depth, 1, 2, stages)
 

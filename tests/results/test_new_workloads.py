@@ -273,3 +273,17 @@ def test_the_four_rank_goal_and_the_terabyte_section_read_their_own_rows(repo):
     goal = [ln for ln in terabyte.splitlines() if ln.startswith("| terabyte, 4 ranks, sharded, samples/s")]
     assert len(goal) == 1 and goal[0].rstrip(" |").endswith("| not measured")  # this file has 2 ranks only
     assert "fused-graph, scaling" not in terabyte
+
+
+def test_a_sweeps_own_csv_is_summarised_with_its_rule_and_fastest_candidate(repo):
+    from benchmarks import sweep_lora_small_m
+
+    sweep_lora_small_m.main(["--quick", "--results-dir", str(repo / "benchmarks" / "results")])
+    rows = list(csv.DictReader(next((repo / "benchmarks/results/lora_small_m").glob("*.csv")).open()))
+    section = _section(render(repo)[repo / "RESULTS.md"], "LoRA at small M")
+    line = next(ln for ln in section.splitlines() if ln.startswith(f"| {rows[0]['shape']} |"))
+    rule = next(r for r in rows if r["rule"] == "True")
+    fastest = min(rows[1:], key=lambda r: float(r["fwd+bwd us"]))  # after the base
+    assert line.startswith(f"| {rows[0]['shape']} | 2 of 2 | {num(float(rows[0]['fwd+bwd us']))} |")
+    assert f"| {rule['config']}: {num(float(rule['fwd+bwd us']))} |" in line
+    assert line.endswith(f"| {fastest['config']}: {num(float(fastest['fwd+bwd us']))} |")

@@ -14,6 +14,7 @@ from lecture_code.results.goals import goals_for
 from lecture_code.results.section import NOT_MEASURED, GoalCheck, Section, Table
 from lecture_code.results.sources import ResultFile
 from lecture_code.results.workloads import (
+    config_sweeps,
     ddp,
     dlrm_step,
     fused_mlp,
@@ -40,6 +41,8 @@ BUILDERS: dict[tuple[str, str], Callable[[ResultFile], Section]] = {
     ("ddp", "ddp"): ddp.build,
     ("ddp", "ddp-terabyte"): ddp.build,  # the same benchmark with --preset terabyte
     ("ddp", "ddp-terabyte-batch16384"): ddp.build,  # and with --batch-size 16384
+    ("lora_small_m", "lora_small_m_sweep"): config_sweeps.build,
+    ("multi_lora_decode", "multi_lora_decode_sweep"): config_sweeps.build,
 }
 
 # Workloads an issue asks a benchmark for, whose result may not exist yet: (title, command).
@@ -60,8 +63,10 @@ ORDER = (
     "dlrm_step",
     "dlrm_step_batch8192",
     "lora",
+    "lora_small_m",
     "lora_adaptation",
     "multi_lora",
+    "multi_lora_decode",
     "ddp",
 )
 

@@ -74,7 +74,8 @@ def build(result: ResultFile) -> Section:
         command="python -m benchmarks.bench_lora",
         what="`y = x Wᵀ + b + s·(x Aᵀ) Bᵀ` against the frozen base linear on the same inputs, forward "
         "(`fwd`) and forward + backward with dX, dA, dB (`fwd+bwd`; the base computes its dX). Ours: the "
-        "Triton versions v1–v3 of `kernels.lora.linear`; v0 is its plain-PyTorch rung.",
+        "Triton versions v1–v3 of `kernels.lora.linear` and, at M ≤ 64, its `small` version (the whole "
+        "layer in one kernel each way); v0 is its plain-PyTorch rung.",
         result=result,
         tables=[table],
         goals=goals,
