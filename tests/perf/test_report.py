@@ -152,7 +152,7 @@ def test_kaggle_sentences():
     assert text[0].startswith(
         "the data's tables: 29 MiB of embeddings; the GPU works 1.40 ms of a 11.0 ms step (13%)"
     )
-    assert "Top GPU kernels: multi_tensor_apply_kernel (70%)" in text[1]
+    assert "Top GPU events: multi_tensor_apply_kernel (70%)" in text[1]
     gb = 8 * 2060 * 2**20 / 1e9
     assert f"= {gb:.1f} GB per step: at least {1e3 * gb / 3000:.2f} ms" in text[2]
     assert text[3].startswith("With the Kaggle tables the GPU is busy 94% of the step: not launch-bound.")
