@@ -188,10 +188,8 @@ def small_m_rule(M: int, K: int, N: int, r: int, element_size: int = 2) -> Branc
     return _gpu_rule(bm, dot_block(r), element_size)
 
 
-@functools.lru_cache(maxsize=64)
-def _gpu_rule(
-    bm: int, block_r: int, element_size: int
-) -> BranchConfig:  # cached: a carrier costs µs to build
+@functools.lru_cache(maxsize=64)  # cached: building a carrier costs microseconds of host time per call
+def _gpu_rule(bm: int, block_r: int, element_size: int) -> BranchConfig:
     bn, stages = 16, 4
     depth = 256
     while depth > 16 and stages * (bm + bn + block_r) * depth * element_size > SMALL_M_NEEDS.smem_per_block:
