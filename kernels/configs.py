@@ -182,7 +182,7 @@ class MlpConfig(KernelConfig):
 CONFIG_TYPES: dict[str, type[KernelConfig]] = {c.__name__: c for c in (GemmConfig, BranchConfig, MlpConfig)}
 
 # Candidate lists per kernel family, timed by :func:`tune`. The GEMM list centres on what reached 0.98–1.06×
-# cuBLAS on an H100 (shared/PLATFORM.md: 128×256×64, 3 stages, 8 warps, grouped order), plus narrower tiles
+# cuBLAS on an H100 (measured at design: 128×256×64, 3 stages, 8 warps, grouped order), plus narrower tiles
 # for large r (the [BLOCK_M, r] fp32 tile of x Aᵀ lives in registers beside the accumulator) and small M.
 _G = GemmConfig
 CANDIDATES: dict[str, list[KernelConfig]] = {

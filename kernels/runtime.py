@@ -6,7 +6,7 @@
   runs. ``kernels/__init__.py`` calls :func:`ensure_mode` first thing, so importing anything from
   ``kernels`` is enough. A user who set ``TRITON_INTERPRET`` themselves is respected.
 
-Interpreter caveats handled here (see PLATFORM.md):
+Interpreter caveats handled here (each with its Triton issue or reason):
 - bf16 ``tl.dot`` returns garbage under the interpreter (triton-lang/triton#11584): kernels take the
   ``DOT_UPCAST`` constexpr from :func:`dot_upcast` and cast bf16 tiles to fp32 before ``tl.dot``.
 - ``@triton.autotune`` needs a GPU to time configs: :func:`autotune_configs` keeps only the first

@@ -22,7 +22,7 @@ bf16: 275 GFLOP for the base, 2.2 more for LoRA (+0.8%); 168 MB (160 MiB) moved,
 0.13 MB each, T 0.26 MB). Compute-bound: the floor is the base GEMM's time (≈ 370 µs at the H100's ≈ 740
 TFLOP/s), so a fused LoRA forward can in principle cost within ~1% of the frozen base linear. What separates
 a kernel from that floor is how well the base GEMM itself runs, hence the Hopper habits here
-(shared/PLATFORM.md: they reached 0.98–1.06× cuBLAS):
+(on an H100, measured when these kernels were designed: 0.98–1.06× cuBLAS):
 
 - **Tensor descriptors** (TMA): ``tl.make_tensor_descriptor`` for P, Q and out, so tiles arrive by the bulk
   copy engine and out-of-range rows and columns are zero-filled (loads) or dropped (stores) by the hardware.
@@ -413,7 +413,7 @@ def block_rank(r: int) -> int:
 
 
 def gemm_rule(M: int, NC: int, KR: int, r: int, dtype: torch.dtype, num_sms: int) -> GemmConfig:
-    """The default config: PLATFORM.md's Hopper tile on a GPU, narrowed where the GPU would sit idle.
+    """The default config: the Hopper tile (128×256×64) on a GPU, narrowed where the GPU would sit idle.
 
     - 16-bit: 128 × 256 × 64, 3 stages (4 do not fit 227 KB), 8 warps. Order (H100, 8192 × 4096 × 4096,
       2026-11-23, cuBLAS 344 µs): T precomputed, runs of 2 N-tiles in grouped order 361 µs, grouped 367,
