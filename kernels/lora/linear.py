@@ -36,7 +36,7 @@ timer's L2 flush (a 256 MB write) leaves lines that the pass must write back fir
 launch (which leaves dX's) it takes 34. Every reduction has a fixed order (no atomics): the same bits every
 run.
 
-**The ladder** (``version=``, shared/STYLE.md point 7), each tested and timed side by side:
+**The ladder** (``version=``: named versions, as llm.c's kernel1…N), each tested and timed side by side:
 
 - ``v0`` torch: ``F.linear`` + ``x @ Aᵀ`` + ``@ Bᵀ`` + scale + add; torch backward.
 - ``v1`` cuBLAS's base output, then one Triton kernel for the branch (:mod:`kernels.lora.branch`: t on chip,

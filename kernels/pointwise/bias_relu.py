@@ -31,7 +31,7 @@ column sums of its strip in fp32 registers, then writes one row of a ``[G, N]`` 
 it is deterministic (the same bits every run) and has no contention; the partial buffer is ≤ 256·N·4 bytes,
 noise next to the 3·M·N·s of the main pass.
 
-Versions (shared/STYLE.md point 7): ``v1`` is this file: any shape, any strides (non-contiguous rows and
+Named versions: ``v1`` is this file: any shape, any strides (non-contiguous rows and
 columns), fp32/fp16/bf16, masked tails, in place or out of place, 2-D tiles picked by a fixed rule
 (:func:`kernels.launch.pointwise_tile`). ``v0`` (to be added by the lecture from a real capture) is the
 kernel exactly as torch.compile's inductor wrote it, sizes baked in; it is not written by hand here.

@@ -1,6 +1,6 @@
 """Bias + ReLU v0: the kernel exactly as torch.compile's inductor wrote it, sizes baked in.
 
-This is the *anti-pattern* version (shared/STYLE.md: "compiler output pasted in as the hand-written kernel"),
+This is the *anti-pattern* version (compiler output pasted in as if it were the hand-written kernel),
 kept so the lecture can show why ``kernels/pointwise/bias_relu.py`` (v1) exists. It is never retyped: every
 call to :func:`capture_bias_relu_v0` compiles the reference ``relu(x + bias)``
 (:func:`kernels.reference.bias_relu`) at one shape, captures inductor's Triton (real Triton on a CPU too, via
