@@ -5,8 +5,8 @@ T = 16 … 16384) and sweeps adapters, rank and slices around it. Providers (eve
 ``kernels.reference.multi_lora`` before it is timed):
 
 - ``ours`` (``kernels.multi_lora.shrink_expand.add_multi_lora``, default path and deterministic mode,
-  metadata built once per step and reused, as a model's layers would), and ``ours fused`` / ``ours split`` /
-  ``ours split atomic`` (the paths and the non-deterministic split-K: the cost of determinism is the split row
+  metadata built once per step and reused, as a model's layers would), ``ours fused``, ``ours split``,
+  ``ours one launch``, ``ours split atomic`` (the paths; the cost of determinism is the split row
   against the atomic one); ``ours + meta`` builds the metadata in the call; ``meta`` is that build alone;
 - ``ours (graph)``: metadata + kernels captured in a CUDA graph, replayed (no host time); ``ours, meta given
   (graph)``: the kernels alone in the graph, the metadata built once outside it, as ``vllm (graph)`` runs;
@@ -107,6 +107,7 @@ def providers(y, x, a, b, ids, widths, device) -> tuple[dict, list[str]]:
         "ours fused": ours(path="fused"),
         "ours split": ours(path="split"),
         "ours split atomic": ours(path="split", deterministic=False),
+        "ours one launch": ours(path="one_launch"),
         "ours + meta": lambda: add_multi_lora(y, x, A, B, ids, SCALE),
         "meta": lambda: build_meta(ids, L),
         "torch loop": lambda: reference.multi_lora_loop_(y, x, A, B, ids, SCALE),
@@ -121,6 +122,7 @@ def providers(y, x, a, b, ids, widths, device) -> tuple[dict, list[str]]:
             lambda: add_multi_lora(y, x, A, B, ids, SCALE, meta=build_meta(ids, L)), device
         )
         out["ours, meta given (graph)"] = bu.graphed(out["ours"], device)  # as vllm (graph): meta outside
+        out["ours one launch, meta given (graph)"] = bu.graphed(out["ours one launch"], device)
         if "torch gather+bmm" in out:
             out["torch gather+bmm (graph)"] = bu.graphed(out["torch gather+bmm"], device)
     run, why = _vllm_provider(x, a, b, ids)

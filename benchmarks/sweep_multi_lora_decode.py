@@ -6,8 +6,9 @@ the H100; at decode sizes the call is bound by latency, not bytes (2 MB of weigh
 r = 16, K = N = 4096: under 1 µs of reading), so what matters is how many dependent steps each program
 runs: the fused kernel's shrink is a serial loop over K in ``block_k`` steps (32 of them at the rule's 128),
 the split path pays a second launch. The sweep times, per shape, the fused kernel over ``block_k``,
-``block_n``, ``split``, warps and stages, and the split path over its shrink's ``block_k`` and split-K and
-its expand's ``block_n`` and warps; every candidate checked against the float64 reference first (a wrong
+``block_n``, ``split``, warps and stages, the split path over its shrink's ``block_k`` and split-K and
+its expand's ``block_n`` and warps, and the one-launch path over its group width, K chunks, ``block_k``
+and warps; every candidate checked against the float64 reference first (a wrong
 or uncompilable one is a row with its reason, not a crash). Metadata built once, outside the graph.
 
     python -m benchmarks.sweep_multi_lora_decode            # GPU: T = 1 and 16; CSV under benchmarks/results/
@@ -57,6 +58,14 @@ def split_candidates(shrink: BranchConfig, quick: bool) -> list[dict]:
     ]  # fmt: skip
 
 
+def one_launch_candidates(rule: BranchConfig, quick: bool) -> list[BranchConfig]:
+    """The rule's config first, then every group width (block_n) × K chunks (split) × block_k × warps."""
+    if quick:
+        return [rule, BranchConfig(block_k=32, split=2)]
+    grid = itertools.product((256, 512, 1024), (8, 16, 32), (64, 128, 256), (4, 8))
+    return [rule] + [BranchConfig(block_n=n, split=k, block_k=bk, num_warps=w) for n, k, bk, w in grid]
+
+
 def _short(c: BranchConfig) -> str:
     return f"m{c.block_m} n{c.block_n} k{c.block_k} split{c.split} w{c.num_warps} s{c.num_stages}"
 
@@ -79,14 +88,17 @@ def run_shape(T, L, r, K, N, dtype, device, quick: bool) -> list[dict]:
     want = reference.multi_lora(y.double(), x.double(), [a.double()], [b.double()], ids, SCALE)
     rule = plan(T, K, (N,), r, L, dtype, device, path="fused").fused
     shrink_rule = plan(T, K, (N,), r, L, dtype, device, path="split").shrink
-    cases = [("fused", {"fused": c}) for c in fused_candidates(rule, N, quick)]
-    cases += [("split", c) for c in split_candidates(shrink_rule, quick)]
+    one_rule = plan(T, K, (N,), r, L, dtype, device, path="one_launch").one_launch
+    cases = [("fused", {"fused": c}, i == 0) for i, c in enumerate(fused_candidates(rule, N, quick))]
+    cases += [("split", c, i == 0) for i, c in enumerate(split_candidates(shrink_rule, quick))]
+    one = one_launch_candidates(one_rule, quick)
+    cases += [("one_launch", {"one_launch": c}, i == 0) for i, c in enumerate(one)]
     rows = []
-    for i, (path, configs) in enumerate(cases):
+    for path, configs, is_rule in cases:
         p = plan(T, K, (N,), r, L, dtype, device, path=path, configs=configs)
-        used = [p.fused] if path == "fused" else [p.shrink, p.expand]
+        used = [p.shrink, p.expand] if path == "split" else [getattr(p, path)]
         row = {"shape": f"T={T} L={L} r={r} K={K} N={N}", "path": path,
-               "rule": i == 0 or configs == {}, "config": " | ".join(_short(c) for c in used)}  # fmt: skip
+               "rule": is_rule, "config": " | ".join(_short(c) for c in used)}  # fmt: skip
         out = y.clone()
 
         def call(out=out, path=path, configs=configs):

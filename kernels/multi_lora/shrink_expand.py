@@ -22,7 +22,7 @@ prefix sum over ``L`` counts: ``tiles_l = ⌈counts_l / BLOCK_M⌉``; the adapte
 it depends on shapes only (CUDA graphs) and only slots past the last real tile exit early, instead of the
 L · ⌈T / BLOCK_M⌉ mostly-empty programs of a grid over (adapter, row block). −1 tokens are in no tile.
 
-**Two paths** (``path=``):
+**Two paths** (``path=``; a third for decode sizes, ``"one_launch"``, is described at the end of the file):
 
 - ``"fused"`` (one kernel, :func:`_fused_kernel`): a program computes ``t = x[rows] A_lᵀ`` (fp32 ``[BLOCK_M,
   r]`` tile, on chip) over all of K, scales it, rounds it to the input dtype, then adds ``t B_lᵀ`` to its
@@ -346,12 +346,13 @@ def multi_lora_rule(
 
 @dataclass(frozen=True)
 class MultiLoRAPlan:
-    """What one call shape runs: ``path`` (``"fused"`` or ``"split"``) and its kernels' configs."""
+    """What one call shape runs: ``path`` (one of ``PATHS``) and its kernels' configs."""
 
     path: str
     fused: BranchConfig | None = None
     shrink: BranchConfig | None = None
     expand: BranchConfig | None = None
+    one_launch: BranchConfig | None = None
 
 
 def plan(
@@ -370,17 +371,18 @@ def plan(
     override the set fields."""
     if path is None:
         path = DEFAULT_PATH
-    if path not in ("fused", "split"):
-        raise ValueError(f"{FN}: path={path!r} must be 'fused', 'split' or None")
+    if path not in PATHS:
+        raise ValueError(f"{FN}: path={path!r} must be 'fused', 'split', 'one_launch' or None")
     problem = unmet(NEEDS, device)
     if problem is not None:
         raise RuntimeError(f"{FN}: {problem}; kernels.reference.multi_lora computes the same in torch")
     sms, N = sm_count(device), max(widths)
-    kernels_ = ("fused",) if path == "fused" else ("shrink", "expand")
+    kernels_ = ("shrink", "expand") if path == "split" else (path,)
+    rule = one_launch_rule if path == "one_launch" else multi_lora_rule
     out = {}
     for kernel in kernels_:
         key = tuning_key(f"multi_lora_{kernel}", T, (K, *widths, R, L), dtype, device)
-        config = resolve(key, lambda kernel=kernel: multi_lora_rule(kernel, T, K, N, R, len(widths), L, sms))
+        config = resolve(key, lambda kernel=kernel: rule(kernel, T, K, N, R, len(widths), L, sms))
         override = (configs or {}).get(kernel)
         out[kernel] = config if override is None else override.filled(config)
     return MultiLoRAPlan(path, **out)
@@ -393,9 +395,7 @@ def shrink_split(p: MultiLoRAPlan, K: int) -> tuple[int, int]:
     chunks (17 asked of K = 4096 in steps of 128: 16 chunks of 256)."""
     if p.path != "split":
         raise ValueError(f"{FN}: shrink_split needs a 'split' plan, got path={p.path!r}")
-    cs = p.shrink
-    k_per = cdiv(cdiv(K, min(cs.split, cdiv(K, cs.block_k))), cs.block_k) * cs.block_k
-    return cdiv(K, k_per), k_per
+    return _k_chunks(K, p.shrink)
 
 
 @dataclass(frozen=True)
@@ -405,7 +405,8 @@ class _Launch:
     warps: int
     stages: int
     split: int
-    extra: int  # fused: unused; shrink: K per split; expand: N-tiles
+    extra: int  # fused: unused; shrink, one_launch: K per split; expand: N-tiles
+    groups: int = 0  # one_launch: the column groups (BLOCK_N wide) of a tile, each expanded by its last chunk
 
 
 def _launches(p: MultiLoRAPlan, T, K, widths, R, L, dtype, sliced, scale_tensor, deterministic) -> tuple:
@@ -418,6 +419,8 @@ def _launches(p: MultiLoRAPlan, T, K, widths, R, L, dtype, sliced, scale_tensor,
     def slots(c):
         return cdiv(T, c.block_m) + min(L, T)
 
+    if p.path == "one_launch":
+        return (_one_launch(p.one_launch, T, K, N, L, common, prec, scale_tensor, block_r, block_l),)
     if p.path == "fused":
         c = p.fused
         split = min(c.split, cdiv(N, c.block_n))
@@ -611,8 +614,8 @@ def add_multi_lora(
     a float or [L] tensor. ``meta``: :func:`kernels.multi_lora.metadata.build_meta` of ``adapter_ids`` made
     once for all layers of a step (built here when None). ``deterministic``: no atomics (the default; see
     the module).
-    ``path``: ``"fused"``, ``"split"`` or None (:data:`DEFAULT_PATH`); ``configs``: per-kernel config
-    overrides (``{"fused" | "shrink" | "expand": BranchConfig}``).
+    ``path``: one of :data:`PATHS` or None (:data:`DEFAULT_PATH`); ``configs``: per-kernel config
+    overrides (``{"fused" | "shrink" | "expand" | "one_launch": BranchConfig}``).
     """
     slices = _stacks(lora_a, lora_b)
     T, K, widths, R, L = _check(y, x, slices, adapter_ids, scale)
@@ -671,6 +674,9 @@ def _add_multi_lora_op(
     scale_ptr, scale_f = (scale_t, 1.0) if scale_tensor else (counts, scale)
     ab = (*a.stride(), *b.stride())
     order = sorted_tokens
+    if launches[0].groups:
+        _launch_one(launches[0], x, y, slices, table, scale_ptr, scale_f, counts, order, L, K, widths[0], R)
+        return
     if len(launches) == 1:
         f = launches[0]
         _launch_fused(
@@ -698,4 +704,119 @@ def _add_multi_lora_op(
         (y, a, b, table, part, scale_ptr, counts, order, L, widths[0], R, e.extra, e.split, scale_f,
          y.stride(0), y.stride(1), *ab, *ps),
         e.constexprs, e.warps, e.stages,
+    )  # fmt: skip
+
+
+# ---- path "one_launch": split-K shrink and expand in one kernel, for decode sizes ------------------------
+# Both paths above pay a serial chain at small T: "fused" runs each program's shrink over all of K, "split"
+# launches twice. Here a tile's programs are (column group g, K chunk k): each computes the partial of x Aᵀ
+# over its chunk (as the split path's shrink) and writes it to its own slot; then it counts itself done on
+# the (tile, group, slice)'s counter, and the program that finds itself the last of the group's chunks sums
+# the slots in a fixed order (bitwise reproducible), scales, rounds and adds t Bᵀ to the group's BLOCK_N
+# columns of y. No program waits on another (the last one to arrive has nothing to wait for), so nothing
+# depends on which programs are resident, and the interpreter, which runs programs in order, agrees. Every
+# group recomputes the tile's shrink (x rows and A read once per group, mostly from L2: at decode sizes
+# bytes are not what costs). The counters are zeroed per call (one memset); the partials take
+# groups × chunks × slices × T × r fp32 (at T = 16, 8 groups, 16 chunks, r 16: 128 KB).
+PATHS = ("fused", "split", "one_launch")
+
+
+@triton.jit
+def _one_launch_kernel(
+    x_ptr, y_ptr, a_ptr, b_ptr, tbl_ptr, part_ptr, done_ptr, scale_ptr, counts_ptr, sorted_ptr,
+    L, K, N, R, SPLIT_K, K_PER_SPLIT, GROUPS, S, scale,
+    stride_xm, stride_xk, stride_ym, stride_yn, sa_l, sa_r, sa_k, sb_l, sb_n, sb_r,
+    stride_pg, stride_pk, stride_ps, stride_pm,
+    SLICED: tl.constexpr, SCALE_TENSOR: tl.constexpr, DOT_UPCAST: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr,
+    BLOCK_L: tl.constexpr,
+):  # fmt: skip
+    lora, j, pos, tok, row_mask = _rows(GROUPS * SPLIT_K, counts_ptr, sorted_ptr, L, BLOCK_M, BLOCK_L)
+    if lora >= L:  # a tile slot past the last tile: all of its programs exit
+        return
+    s = tl.program_id(1)
+    a_ptr, b_ptr, n_off, N, sa_l, sa_r, sa_k, sb_l, sb_n, sb_r = _slice(
+        s, a_ptr, b_ptr, tbl_ptr, N, sa_l, sa_r, sa_k, sb_l, sb_n, sb_r, SLICED
+    )
+    g, k = j // SPLIT_K, j % SPLIT_K
+    if g * BLOCK_N >= N:  # the group's columns lie past this slice's width: all of its programs exit
+        return
+    lora64 = lora.to(tl.int64)
+    k_lo = k * K_PER_SPLIT
+    t = _shrink_tile(
+        x_ptr, a_ptr + lora64 * sa_l, tok, row_mask, k_lo, tl.minimum(k_lo + K_PER_SPLIT, K), R,
+        stride_xm, stride_xk, sa_r, sa_k, DOT_UPCAST, INPUT_PRECISION, BLOCK_M, BLOCK_K, BLOCK_R,
+    )  # fmt: skip
+    rs = tl.arange(0, BLOCK_R)
+    mask = row_mask[:, None] & (rs < R)[None, :]
+    ptrs = part_ptr + g * stride_pg + s * stride_ps + pos[:, None] * stride_pm + rs[None, :]
+    tl.store(ptrs + k * stride_pk, t, mask=mask)
+    tl.debug_barrier()  # every thread's partial stored before the count is raised (release below)
+    slot = tl.program_id(0) // (GROUPS * SPLIT_K)
+    arrived = tl.atomic_add(done_ptr + (slot * GROUPS + g) * S + s, 1, sem="acq_rel")
+    if arrived == SPLIT_K - 1:  # the group's last chunk: every partial is written (acquired above)
+        t = tl.zeros([BLOCK_M, BLOCK_R], dtype=tl.float32)
+        for kk in range(0, SPLIT_K):  # fixed order: bitwise reproducible whichever program came last
+            t += tl.load(ptrs + kk * stride_pk, mask=mask, other=0.0, cache_modifier=".cg")
+        sc = tl.load(scale_ptr + lora).to(tl.float32) if SCALE_TENSOR else scale
+        ts = (t * sc).to(y_ptr.dtype.element_ty)
+        if DOT_UPCAST:
+            ts = ts.to(tl.float32)
+        _expand_tile(
+            y_ptr, b_ptr + lora64 * sb_l, ts, tok, row_mask, g * BLOCK_N, n_off, N, R, stride_ym, stride_yn,
+            sb_n, sb_r, DOT_UPCAST, INPUT_PRECISION, BLOCK_N, BLOCK_R,
+        )  # fmt: skip
+
+
+_launch_one_launch = CachedLauncher(_one_launch_kernel)
+
+
+def one_launch_rule(
+    kernel: str, T: int, K: int, N: int, R: int, S: int, L: int, num_sms: int
+) -> BranchConfig:
+    """The ``"one_launch"`` kernel's config (``kernel`` names it; the signature is :func:`multi_lora_rule`'s):
+    ``block_n`` the columns of a group, ``split`` the K chunks. A rule from the bytes, not a sweep yet: at
+    decode sizes (16-token tiles) 512-column groups and 256-deep chunks in 128-deep steps, so at K = N = 4096
+    a tile has 8 × 16 programs, about one per SM of an H100 or H200 for the first tile. Interpreter: tiles no
+    larger than the problem, 2 chunks where K has 2 steps (so the tests' default calls count arrivals)."""
+    block_r = _block_r(R)
+    per = cdiv(max(T, 1), max(1, min(L, T)))
+    if interpreting():
+        bk = min(64, dot_block(K))
+        return BranchConfig(min(32, dot_block(per)), min(64, dot_block(N)), bk, min(2, cdiv(K, bk)), 4, 1)
+    bm = 16 if per <= 16 else 32 if per <= 32 else 64
+    bk = 128 if block_r <= 32 and bm <= 32 else 64
+    return BranchConfig(bm, 512 if bm * block_r <= 512 else 256, bk, min(16, cdiv(K, 2 * bk)), 4, 2)
+
+
+def _k_chunks(K: int, c: BranchConfig) -> tuple[int, int]:
+    """(chunks, columns per chunk) of K for ``c.split`` chunks asked, each whole ``c.block_k`` steps."""
+    k_per = cdiv(cdiv(K, min(c.split, cdiv(K, c.block_k))), c.block_k) * c.block_k
+    return cdiv(K, k_per), k_per
+
+
+def _one_launch(c: BranchConfig, T, K, N, L, common, prec, scale_tensor, block_r, block_l) -> _Launch:
+    """The one-launch kernel's grid (tile slots × groups × chunks; slices added at launch) and constexprs."""
+    chunks, k_per = _k_chunks(K, c)
+    groups = cdiv(N, c.block_n)
+    ce = (*common, ("SCALE_TENSOR", scale_tensor), *prec, ("BLOCK_M", c.block_m), ("BLOCK_N", c.block_n),
+          ("BLOCK_K", c.block_k), ("BLOCK_R", block_r), ("BLOCK_L", block_l))  # fmt: skip
+    slots = cdiv(T, c.block_m) + min(L, T)
+    return _Launch((slots * groups * chunks, 0), ce, c.num_warps, c.num_stages, chunks, k_per, groups)
+
+
+def _launch_one(f: _Launch, x, y, slices, table, scale_ptr, scale_f, counts, order, L, K, N, R) -> None:
+    """The one-launch path's buffers (a slot per group, chunk, slice and sorted token; a zeroed counter per
+    tile slot, group and slice) and its launch."""
+    S, T = len(slices), x.shape[0]
+    grid = (f.grid[0], S)
+    part = torch.empty((f.groups, f.split, S, T, R), device=x.device, dtype=torch.float32)
+    done = torch.zeros(f.grid[0] // f.split * S, device=x.device, dtype=torch.int32)
+    a, b = slices[0]
+    _launch_one_launch(
+        grid,
+        (x, y, a, b, table, part, done, scale_ptr, counts, order, L, K, N, R, f.split, f.extra, f.groups, S,
+         scale_f, x.stride(0), x.stride(1), y.stride(0), y.stride(1), *a.stride(), *b.stride(),
+         *part.stride()[:4]),
+        f.constexprs, f.warps, f.stages,
     )  # fmt: skip

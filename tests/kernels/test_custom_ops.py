@@ -76,13 +76,16 @@ def _build_meta():
     return ops().build_meta.default, (ids, 3, None)
 
 
-def _add_multi_lora():
-    T, K, N, R, L = 6, 16, 12, 4, 3
-    ids = torch.tensor([2, -1, 0, 2, 1, 0], device=DEVICE)
-    meta = build_meta(ids, L)
-    args = (rand(T, N), rand(T, K), [rand(L, R, K)], [rand(L, N, R)], ids, meta.counts, meta.sorted_tokens,
-            None, 0.5, True, "", "")  # fmt: skip
-    return ops().add_multi_lora.default, args
+def _add_multi_lora(path: str):
+    def case():
+        T, K, N, R, L = 6, 16, 12, 4, 3
+        ids = torch.tensor([2, -1, 0, 2, 1, 0], device=DEVICE)
+        meta = build_meta(ids, L)
+        args = (rand(T, N), rand(T, K), [rand(L, R, K)], [rand(L, N, R)], ids, meta.counts,
+                meta.sorted_tokens, None, 0.5, True, path, "")  # fmt: skip
+        return ops().add_multi_lora.default, args
+
+    return case
 
 
 def _tbe_args(B=4, sizes=(5, 3, 7), D=6):
@@ -121,7 +124,8 @@ CASES = {
     "lora_linear-v1": _lora("v1"),
     "lora_linear-small": _lora("small"),
     "build_meta": _build_meta,
-    "add_multi_lora": _add_multi_lora,
+    "add_multi_lora-default": _add_multi_lora(""),
+    "add_multi_lora-one_launch": _add_multi_lora("one_launch"),
     "embedding_tbe-lookup": _embedding_tbe_lookup,
     "embedding_tbe_update-sgd": _embedding_tbe_update(False),
     "embedding_tbe_update-adagrad": _embedding_tbe_update(True),

@@ -18,7 +18,7 @@ DTYPES = [
     pytest.param(torch.float16, 4e-3, id="fp16"),  # a few fp16 ulps (2^-10): s·t and y rounded
     pytest.param(torch.bfloat16, 3e-2, id="bf16", marks=pytest.mark.gpu),  # the same in bf16 (2^-7)
 ]
-PATHS = ["fused", "split"]
+PATHS = ["fused", "split", "one_launch"]
 # name: (T, K, slice widths, r, L, ids: "mixed" | "none" | "one" | "sparse", scale: "float" | "tensor")
 CASES = {
     "odd": (33, 40, (24,), 5, 3, "mixed", "float"),  # T past a 16/32-row tile, r = 5 padded to 16
@@ -99,6 +99,9 @@ def test_split_k_and_split_n(deterministic, dtype, tol, seed, poison_empty):
     _check(*args, tol, path="split", deterministic=deterministic, configs=configs)
     # split-N = 4 over 16-column tiles: programs 2 and 3 of the 24-wide slice have no tile and exit
     _check(*args, tol, path="fused", configs={"fused": BranchConfig(16, 16, 16, 4, 4, 1)})
+    # one launch: 3 K chunks × 3 groups of 16 columns (2 for the 24-wide slice: its third group exits);
+    # the last chunk of each group sums the partials (unwritten slots would be NaN: poison_empty)
+    _check(*args, tol, path="one_launch", configs={"one_launch": BranchConfig(16, 16, 16, 3, 4, 1)})
 
 
 def test_deterministic_mode_is_bitwise_reproducible(seed):
@@ -108,6 +111,11 @@ def test_deterministic_mode_is_bitwise_reproducible(seed):
     assert torch.equal(runs[0], runs[1])
     fused = [add_multi_lora(y.clone(), x, a, b, ids, scale, path="fused") for _ in range(2)]
     assert torch.equal(fused[0], fused[1])
+    configs = {"one_launch": BranchConfig(16, 16, 16, 4, 4, 1)}
+    one = [
+        add_multi_lora(y.clone(), x, a, b, ids, scale, path="one_launch", configs=configs) for _ in range(2)
+    ]
+    assert torch.equal(one[0], one[1])
 
 
 def test_strided_inputs_and_meta_reuse(seed):
