@@ -21,7 +21,7 @@ SWEEPS = {  # workload: (title, command, the time column, what)
         "Multi-LoRA decode: the configs of both paths (sweep)",
         "python -m benchmarks.sweep_multi_lora_decode",
         "us",
-        "`add_multi_lora` at decode sizes with every candidate config of its fused and split paths, each "
+        "`add_multi_lora` at decode sizes with every candidate config of each of its paths, each "
         "replayed from a CUDA graph (`rule`: the config the rule of that run chose); the candidates that "
         "failed have no time (the CSV's `why`).",
     ),

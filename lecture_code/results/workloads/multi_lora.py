@@ -80,7 +80,7 @@ def build(result: ResultFile) -> Section:
         command="python -m benchmarks.bench_multi_lora",
         what="`y[t] += s · x[t] A[id(t)]ᵀ B[id(t)]ᵀ` for a batch of T tokens, each on its own adapter or "
         "none (id −1), every provider checked against the reference before it is timed: ours "
-        "(`add_multi_lora`, metadata built once per step; its fused and split paths; a CUDA graph), vLLM's "
+        "(`add_multi_lora`, metadata built once per step; each of its paths; a CUDA graph), vLLM's "
         "Triton ops where importable, the torch per-adapter loop and gather + bmm.",
         result=result,
         tables=[goal_table, sweep_table],
