@@ -420,7 +420,8 @@ def _launches(p: MultiLoRAPlan, T, K, widths, R, L, dtype, sliced, scale_tensor,
         return cdiv(T, c.block_m) + min(L, T)
 
     if p.path == "one_launch":
-        return (_one_launch(p.one_launch, T, K, N, L, common, prec, scale_tensor, block_r, block_l),)
+        c = p.one_launch
+        return (_one_launch(c, slots(c), K, N, common, prec, scale_tensor, block_r, block_l),)
     if p.path == "fused":
         c = p.fused
         split = min(c.split, cdiv(N, c.block_n))
@@ -795,13 +796,12 @@ def _k_chunks(K: int, c: BranchConfig) -> tuple[int, int]:
     return cdiv(K, k_per), k_per
 
 
-def _one_launch(c: BranchConfig, T, K, N, L, common, prec, scale_tensor, block_r, block_l) -> _Launch:
+def _one_launch(c: BranchConfig, slots, K, N, common, prec, scale_tensor, block_r, block_l) -> _Launch:
     """The one-launch kernel's grid (tile slots × groups × chunks; slices added at launch) and constexprs."""
     chunks, k_per = _k_chunks(K, c)
     groups = cdiv(N, c.block_n)
     ce = (*common, ("SCALE_TENSOR", scale_tensor), *prec, ("BLOCK_M", c.block_m), ("BLOCK_N", c.block_n),
           ("BLOCK_K", c.block_k), ("BLOCK_R", block_r), ("BLOCK_L", block_l))  # fmt: skip
-    slots = cdiv(T, c.block_m) + min(L, T)
     return _Launch((slots * groups * chunks, 0), ce, c.num_warps, c.num_stages, chunks, k_per, groups)
 
 
