@@ -26,10 +26,12 @@ def reason(e: Exception) -> str:
     return f"{type(e).__name__}: {str(e)[:160]}"
 
 
-def main(doc: str, run_shape, shapes, quick_shapes, folder: str, report, top: int, argv=None) -> None:
+def main(
+    doc: str, run_shape, shapes, quick_shapes, folder: str, report, top: int, argv=None, name=None
+) -> None:
     """Parse the command line, run ``run_shape(*shape, dtype, device, quick)`` per shape, then
     ``report(rows, top)``, print the reasons of the rows not timed and save the CSV under
-    ``<results>/<folder>/``."""
+    ``<results>/<folder>/`` (named ``name``, default ``<folder>_sweep``)."""
     p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="tiny sizes (the default on a CPU)")
     p.add_argument("--top", type=int, default=top, help="candidates printed per table (all are saved)")
@@ -48,5 +50,5 @@ def main(doc: str, run_shape, shapes, quick_shapes, folder: str, report, top: in
     for why in dict.fromkeys(r["why"] for r in rows if r.get("why")):
         print(f"[not timed] {why}")
     meta = {**bu.stamp(device), "dtype": str(dtype).removeprefix("torch.")}
-    path = bu.save(rows, folder, f"{folder}_sweep", meta, root=args.results_dir)
+    path = bu.save(rows, folder, name or f"{folder}_sweep", meta, root=args.results_dir)
     print(f"saved {path}")
