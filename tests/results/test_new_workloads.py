@@ -287,3 +287,14 @@ def test_a_sweeps_own_csv_is_summarised_with_its_rule_and_fastest_candidate(repo
     assert line.startswith(f"| {rows[0]['shape']} | 2 of 2 | {num(float(rows[0]['fwd+bwd us']))} |")
     assert f"| {rule['config']}: {num(float(rule['fwd+bwd us']))} |" in line
     assert line.endswith(f"| {fastest['config']}: {num(float(fastest['fwd+bwd us']))} |")
+
+
+def test_the_lora_kernel_probes_csv_is_summarised_launch_by_launch(repo):
+    from benchmarks import probe_lora_kernels
+
+    probe_lora_kernels.main(["--quick", "--results-dir", str(repo / "benchmarks" / "results")])
+    rows = list(csv.DictReader(next((repo / "benchmarks/results/lora_kernels").glob("*.csv")).open()))
+    section = _section(render(repo)[repo / "RESULTS.md"], "LoRA linear, launch by launch")
+    for r in rows:
+        vs = f"+{num(float(r['vs floor %']))}%" if r["vs floor %"] else "—"
+        assert f"| {r['pass']} | {r['launch']} | {num(float(r['us']))} | {vs} |" in section, r

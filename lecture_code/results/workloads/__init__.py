@@ -21,6 +21,7 @@ from lecture_code.results.workloads import (
     hashing,
     lora,
     lora_adaptation,
+    lora_kernels,
     multi_lora,
     pointwise,
     preprocess,
@@ -41,6 +42,7 @@ BUILDERS: dict[tuple[str, str], Callable[[ResultFile], Section]] = {
     ("ddp", "ddp"): ddp.build,
     ("ddp", "ddp-terabyte"): ddp.build,  # the same benchmark with --preset terabyte
     ("ddp", "ddp-terabyte-batch16384"): ddp.build,  # and with --batch-size 16384
+    ("lora_kernels", "lora_kernels"): lora_kernels.build,
     ("lora_small_m", "lora_small_m_sweep"): config_sweeps.build,
     ("multi_lora_decode", "multi_lora_decode_sweep"): config_sweeps.build,
 }
@@ -63,6 +65,7 @@ ORDER = (
     "dlrm_step",
     "dlrm_step_batch8192",
     "lora",
+    "lora_kernels",
     "lora_small_m",
     "lora_adaptation",
     "multi_lora",
