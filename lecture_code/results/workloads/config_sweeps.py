@@ -18,7 +18,7 @@ SWEEPS = {  # workload: (title, command, the time column, what)
         "captured have no time (the CSV's `why`).",
     ),
     "multi_lora_decode": (
-        "Multi-LoRA decode: the configs of both paths (sweep)",
+        "Multi-LoRA decode: the configs of its paths (sweep)",
         "python -m benchmarks.sweep_multi_lora_decode",
         "us",
         "`add_multi_lora` at decode sizes with every candidate config of each of its paths, each "
