@@ -384,3 +384,19 @@ def test_kernels_compile_for_h100(sliced):
         ce = {k: v for k, v in unit.items() if k in kernel.arg_names} | common | constexprs
         asm = compile_for_gpu(kernel, _types(kernel, ce), ce, num_warps=warps, num_stages=stages)
         assert tensor_core_instructions(asm["ptx"]), f"{kernel.__name__}: no tensor-core MMA"
+
+
+@pytest.mark.parametrize("path, kernels", [("fused", ["fused"]), ("split", ["shrink", "expand"]),
+                                           ("one_launch", ["one_launch"])])  # fmt: skip
+def test_each_path_launches_its_kernels_once(path, kernels, monkeypatch, seed):
+    launched = []
+    for name in ("fused", "shrink", "expand", "one_launch"):
+        real = getattr(ml, f"_launch_{name}")
+
+        def spy(*args, name=name, real=real):
+            launched.append(name)
+            return real(*args)
+
+        monkeypatch.setattr(ml, f"_launch_{name}", spy)
+    _check(*_inputs(*CASES["slices"], torch.float32), 2e-5, path=path)
+    assert launched == kernels
