@@ -1,5 +1,6 @@
 """Which configs of ``add_multi_lora``'s kernels are fastest at decode sizes (T ≤ 16 tokens), each call in a
-CUDA graph: the measurements a new decode rule starts from (RESULTS.md's goal: ≤ 6 µs at T = 16).
+CUDA graph: the measurements a new decode rule starts from (RESULTS.md's goal: ≤ 6 µs at T = 16). Also the
+split path alone at the copy goals' sizes (T = 4096 and 16384, where the call is bound by bytes).
 
 The rule (:func:`kernels.multi_lora.shrink_expand.multi_lora_rule`) came from a sweep at T = 16 … 4096 on
 the H100; at decode sizes the call is bound by latency, not bytes (2 MB of weights at T = 16, 8 adapters,
@@ -11,7 +12,7 @@ its expand's ``block_n`` and warps, and the one-launch path over its group width
 and warps; every candidate checked against the float64 reference first (a wrong
 or uncompilable one is a row with its reason, not a crash). Metadata built once, outside the graph.
 
-    python -m benchmarks.sweep_multi_lora_decode            # GPU: T = 1 and 16; CSV under benchmarks/results/
+    python -m benchmarks.sweep_multi_lora_decode            # GPU: T = 1, 16, 4096, 16384; CSV under results/
     python -m benchmarks.sweep_multi_lora_decode --quick    # CPU: tiny sizes, two candidates a path
 """
 
@@ -28,7 +29,8 @@ from kernels.multi_lora.metadata import build_meta
 from kernels.multi_lora.shrink_expand import add_multi_lora, plan
 from lecture_code import bench as bu
 
-SHAPES = [(1, 8, 16, 4096, 4096), (16, 8, 16, 4096, 4096)]  # T, L, r, K, N
+SHAPES = [(T, 8, 16, 4096, 4096) for T in (1, 16, 4096, 16384)]  # T, L, r, K, N
+DECODE = 16  # up to this many tokens every path is swept; above, the split path (the default) alone
 QUICK = [(5, 3, 8, 64, 64)]
 SCALE = 2.0
 
@@ -89,10 +91,11 @@ def run_shape(T, L, r, K, N, dtype, device, quick: bool) -> list[dict]:
     rule = plan(T, K, (N,), r, L, dtype, device, path="fused").fused
     shrink_rule = plan(T, K, (N,), r, L, dtype, device, path="split").shrink
     one_rule = plan(T, K, (N,), r, L, dtype, device, path="one_launch").one_launch
-    cases = [("fused", {"fused": c}, i == 0) for i, c in enumerate(fused_candidates(rule, N, quick))]
-    cases += [("split", c, i == 0) for i, c in enumerate(split_candidates(shrink_rule, quick))]
-    one = one_launch_candidates(one_rule, quick)
-    cases += [("one_launch", {"one_launch": c}, i == 0) for i, c in enumerate(one)]
+    cases = [("split", c, i == 0) for i, c in enumerate(split_candidates(shrink_rule, quick))]
+    if T <= DECODE:
+        cases[:0] = [("fused", {"fused": c}, i == 0) for i, c in enumerate(fused_candidates(rule, N, quick))]
+        one = one_launch_candidates(one_rule, quick)
+        cases += [("one_launch", {"one_launch": c}, i == 0) for i, c in enumerate(one)]
     rows = []
     for path, configs, is_rule in cases:
         p = plan(T, K, (N,), r, L, dtype, device, path=path, configs=configs)

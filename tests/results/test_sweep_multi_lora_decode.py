@@ -46,3 +46,11 @@ def test_the_full_grid_names_distinct_configs():
     split = sweep.split_candidates(sweep.BranchConfig(32, 16, 128, 16, 4, 4), quick=False)
     assert split[0] == {} and len(split) == 1 + 2 * 3 * 2 * 2
     assert {c["shrink"].split for c in split[1:]} == {8, 16, 32}
+
+
+def test_above_decode_sizes_only_the_split_path_is_swept():
+    rows = sweep.run_shape(
+        sweep.DECODE + 1, 3, 8, 64, 64, torch.float32, runtime.default_device(), quick=True
+    )
+    assert [(r["path"], r["rule"]) for r in rows] == [("split", True), ("split", False)]
+    assert all(r["why"] == "" and r["us"] > 0 for r in rows)

@@ -21,9 +21,10 @@ SWEEPS = {  # workload: (title, command, the time column, what)
         "Multi-LoRA decode: the configs of its paths (sweep)",
         "python -m benchmarks.sweep_multi_lora_decode",
         "us",
-        "`add_multi_lora` at decode sizes with every candidate config of each of its paths, each "
-        "replayed from a CUDA graph (`rule`: the config the rule of that run chose); the candidates that "
-        "failed have no time (the CSV's `why`).",
+        "`add_multi_lora` at decode sizes with every candidate config of each of its paths (at the copy "
+        "goals' sizes, where the file has them, the split path alone), each replayed from a CUDA graph "
+        "(`rule`: the config the rule of that run chose); the candidates that failed have no time (the "
+        "CSV's `why`).",
     ),
 }
 
