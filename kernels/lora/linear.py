@@ -59,7 +59,7 @@ v2 +0.2% / +2.5%, v3 +3.1% / +0.6%; 512×4096×4096 r16: v3 +34% / +75%. (The ru
 fwd+bwd +10.8%, r64 +18.7%, 16384 −0.4%: about a point of run-to-run spread.) The same CSV's ``wall us``: at
 8192×4096×4096 r16 fwd+bwd v3's host issues a call in 963 µs against 770 µs on the device, so its wall time
 per call (994 µs) is the host's; captured in a CUDA graph (512 rows) it replays in 2–5 µs of host time.
-Where the rest goes, in kernel times (``.gpu``-style probes, median device time, H100, 2026-11-23 and -24):
+Where the rest goes (H100 probes of 2026-11-23/24, not kept; ``benchmarks/probe_lora_kernels.py`` redoes them)
 
 - the base GEMM with the expand in its epilogue, s·t given: 363 µs (runs of 2 N-tiles, see
   :func:`kernels.lora.gemm.gemm_rule`) against cuBLAS's 347 (+5%); grouped order 367, warp-specialized 367,
