@@ -10,8 +10,8 @@ Per shape (the goals' 8192×4096×4096 at r 16 and 64 on a GPU, bf16; tiny fp32 
   ``dB = dYᵀ (s·t)`` (cuBLAS passes).
 
 Each launch's output is checked against torch first (a wrong one is a row with its reason); ``vs floor`` is a
-launch's time over its cuBLAS GEMM's − 1: what fusing the LoRA terms into the GEMM costs, term by term. The
-kernel docstrings' "where the rest goes" numbers come from here (``benchmarks/results/lora_kernels/``).
+launch's time over its cuBLAS GEMM's − 1: what fusing the LoRA terms into the GEMM costs, term by term. What
+``kernels/lora/linear.py``'s "where the rest goes" is to cite (``benchmarks/results/lora_kernels/``).
 
     python -m benchmarks.probe_lora_kernels            # GPU: bf16; CSV under benchmarks/results/
     python -m benchmarks.probe_lora_kernels --quick    # CPU: tiny sizes, the interpreter
