@@ -1,10 +1,13 @@
-"""The multi-LoRA benchmark's per-shape summary (notebook 08 displays it), on made-up rows, known answers."""
+"""The multi-LoRA benchmark's per-shape summary (notebook 08 displays it), on made-up rows, known answers;
+and a failing one-launch path as a reason, on a tiny shape."""
 
 from __future__ import annotations
 
 import pytest
+import torch
 
 from benchmarks import bench_multi_lora
+from kernels import runtime
 
 
 def _row(shape, provider, us, host, **kw):
@@ -54,11 +57,7 @@ def test_in_a_graph_ours_with_the_metadata_given_meets_the_peers_that_graph_none
 
 
 def test_the_one_launch_path_failing_is_a_reason_and_the_others_are_timed(monkeypatch):
-    import torch
-
-    from benchmarks import bench_multi_lora as bench
-    from kernels import runtime
-
+    bench = bench_multi_lora
     real = bench.add_multi_lora
 
     def wrong_one_launch(y, *args, path=None, **kwargs):
