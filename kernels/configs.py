@@ -352,8 +352,10 @@ def forget_resolved() -> None:
     _CACHE.forget()
 
 
-def _time_ms(fn: Callable[[], object], reps: int) -> float:
-    if interpreting() or not torch.cuda.is_available():
+def _time_ms(fn: Callable[[], object], reps: int, device: torch.device) -> float:
+    """Median ms of ``fn``: CUDA events on a CUDA device, the wall clock elsewhere (a CPU-keyed tune on a GPU
+    machine would otherwise time nothing)."""
+    if interpreting() or device.type != "cuda":
         fn()
         samples = []
         for _ in range(reps):
@@ -376,14 +378,15 @@ def tune(
     """Time ``run(config)`` for every candidate, store the fastest for ``key``; return it and all timings.
 
     A candidate that fails to compile or launch (too much shared memory, say) is skipped and timed as inf.
-    GPU: ``triton.testing.do_bench`` median; CPU/interpreter: median of ``reps`` ``perf_counter`` runs.
+    A CUDA key (its last part is the device): ``triton.testing.do_bench`` median; otherwise (CPU, the
+    interpreter) the median of ``reps`` ``perf_counter`` runs.
     """
     if not candidates:
         raise ValueError("tune: no candidate configs")
     timings = []
     for config in candidates:
         try:
-            ms = _time_ms(lambda config=config: run(config), reps)
+            ms = _time_ms(lambda config=config: run(config), reps, key[-1])
         except Exception as err:  # noqa: BLE001 — a candidate that does not fit is a result, not an error
             warnings.warn(f"tune {key[0]}: {config} failed ({type(err).__name__}: {err})", stacklevel=2)
             ms = float("inf")

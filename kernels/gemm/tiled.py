@@ -51,7 +51,7 @@ def _matmul_tiled_kernel(
         k_left = K - k * BLOCK_K  # the last step's tile runs past K: those columns of A and rows of B read 0
         a = tl.load(a_ptrs, mask=(rows[:, None] < M) & (ks[None, :] < k_left), other=0.0)
         b = tl.load(b_ptrs, mask=(ks[:, None] < k_left) & (cols[None, :] < N), other=0.0)
-        if DOT_UPCAST:  # bf16 under the interpreter (shared/PLATFORM.md): multiply in fp32
+        if DOT_UPCAST:  # bf16 under the interpreter (triton-lang/triton#11584): multiply in fp32
             a = a.to(tl.float32)
             b = b.to(tl.float32)
         acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)

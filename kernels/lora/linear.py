@@ -47,10 +47,10 @@ run.
   (``"epilogue"`` mode), dA (and dB otherwise) by cuBLAS.
 - ``v3`` the shrink fused too: producer programs of the same launch compute s·t on SMs of their own (one
   kernel for the whole forward; the dX GEMM's producers compute s·u likewise, then dB for r ≤ 16).
-  **The default.**
+  **The default**, except at the smallest M:
 
 Beside the ladder, ``version="small"`` (:mod:`kernels.lora.small_m`, M ≤ 64 rows): the whole layer, base
-included, in one kernel forward and one backward; asked for by name until a benchmark says where it pays.
+included, in one kernel each way; the default on a GPU at M ≤ 16, r ≤ 16, 16-bit (where it was measured).
 
 Measured (``benchmarks/bench_lora.py``, H100, bf16, torch 2.11, triton 3.6, the committed CSV of 2026-11-28
 (device date); overhead over the frozen base linear, fwd / fwd+bwd): 8192×4096×4096 r16: v3 +5.8% / +11.3%,
@@ -140,7 +140,8 @@ from kernels.lora.small_m import MAX_M, SMALL_M_NEEDS, small_m_backward, small_m
 __all__ = ["SMALL", "VERSIONS", "choose_version", "lora_linear"]
 
 VERSIONS = ("v0", "v1", "v2", "v3")
-SMALL = "small"  # kernels.lora.small_m, asked for by name: not chosen by default until measured
+SMALL = "small"  # kernels.lora.small_m: the default where benchmarks/results/lora/ measured it faster
+SMALL_DEFAULT_UP_TO = 16  # rows and rank (bf16 H200 CSV of 2026-11-29 at 16×4096×4096 r16: 41 µs vs v3's 68)
 _EPILOGUE_BACKWARD = {"v2": "epilogue", "v3": "fused"}  # the others: "torch"
 _warned: set[str] = set()
 
@@ -269,7 +270,8 @@ def device_problems(device: torch.device) -> dict[str, str | None]:
 def choose_version(x2, weight, lora_b, version: str | None = None) -> tuple[str, str | None]:
     """``(version to run, why it is not the requested/default one or None)`` for 2-D ``x2``.
 
-    The device decides first (:func:`device_problems`): v3 on sm_90+ with the H100's shared memory (v2 where
+    On a GPU, 16-bit, M and r ≤ ``SMALL_DEFAULT_UP_TO``, aligned: ``small``. Else the device decides first
+    (:func:`device_problems`): v3 on sm_90+ with the H100's shared memory (v2 where
     v3's grid cannot be resident at once), v1 on sm_80/86/89 and on sm_90+ with less shared memory, v0 below
     sm_80. These are documented choices, not fallbacks, and warn nothing. Then the tensors: a layout or rank
     v2/v3 cannot take runs v1 (r > 128: v0), with the reason.
@@ -285,6 +287,9 @@ def choose_version(x2, weight, lora_b, version: str | None = None) -> tuple[str,
     if version is None:
         if x2.is_cuda and x2.dtype == torch.float32 and torch.get_float32_matmul_precision() == "highest":
             return "v0", None  # documented choice, not a fallback: cuBLAS SGEMM is faster than FMA dots
+        small = max(x2.shape[0], lora_b.shape[1]) <= SMALL_DEFAULT_UP_TO and x2.element_size() == 2
+        if small and x2.is_cuda and problem is None and device[SMALL] is None:
+            return SMALL, None
         if problem is None:
             for fast in ("v3", "v2"):
                 if device[fast] is None:

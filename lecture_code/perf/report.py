@@ -176,8 +176,8 @@ def all_features_sentences(rows: Sequence[dict]) -> list[str]:
         each, batched = by[f"{kind}, one module per feature"], by[f"{kind}, all features at once"]
         text = (
             f"{kind}: one module per feature runs {each['aten_ops']} ATen ops per call, all features at once "
-            f"{batched['aten_ops']} ({each['aten_ops'] / batched['aten_ops']:.0f}x fewer); time per call "
-            f"{fmt_ms(each['ms'])} → {fmt_ms(batched['ms'])}"
+            f"{batched['aten_ops']} ({each['aten_ops'] / batched['aten_ops']:.0f}x fewer); "
+            f"device time per call {fmt_ms(each['ms'])} → {fmt_ms(batched['ms'])}"
         )
         if each.get("launches") is not None and batched.get("launches") is not None:
             text += f"; kernel launches per call {each['launches']} → {batched['launches']}"

@@ -512,7 +512,7 @@ def test_small_m_refuses_what_it_cannot_take():
     for name in ("fwd_config", "bwd_config"):
         with pytest.raises(TypeError, match=f"{name} must be a BranchConfig \\(or None\\), got GemmConfig"):
             lora_linear(x, w, a, b, SCALE, b0, version=SMALL, **{name: GemmConfig(block_m=64)})
-    assert choose_version(x, w, b, None)[0] != SMALL  # asked for by name only, until measured
+    assert choose_version(x, w, b, None)[0] != SMALL  # the default only on a GPU (see the GPU test below)
     ag = a.clone().requires_grad_()  # the op's own guard, for callers of the op itself
     y, _ = lora_module._forward_op(x, w, ag, b, b0, SCALE, "v1", "", encode_config(BranchConfig(block_n=16)))
     with pytest.raises(TypeError, match="bwd_config of v1 must be a GemmConfig, got BranchConfig"):
@@ -535,3 +535,19 @@ def test_gpu_small_m_bf16_one_launch_each_way(shape, seed, poison_empty, monkeyp
     x, w, a, b, b0 = _inputs(*shape, torch.bfloat16, device="cuda")
     assert _check(x, w, a, b, b0, 3e-2, version=SMALL).is_cuda
     assert launches == {"fwd": 1, "bwd": 1}
+
+
+@pytest.mark.gpu
+def test_gpu_default_is_small_only_where_it_was_measured(seed, poison_empty, monkeypatch):
+    launched = []
+    real = small_m_module._launch_fwd
+    monkeypatch.setattr(small_m_module, "_launch_fwd", lambda *args: launched.append(1) or real(*args))
+    x, w, a, b, b0 = _inputs(16, 256, 384, 16, torch.bfloat16, device="cuda")
+    assert choose_version(x, w, b) == (SMALL, None)
+    assert _check(x, w, a, b, b0, 3e-2).is_cuda and launched == [1]  # version=None ran it
+    for M, r, dtype in [(17, 16, torch.bfloat16), (16, 17, torch.bfloat16), (16, 16, torch.float32)]:
+        x, w, _, b, _ = _inputs(M, 256, 384, r, dtype, device="cuda")
+        assert choose_version(x, w, b)[0] != SMALL, (M, r, dtype)
+    x, w, _, b, _ = _inputs(16, 17, 384, 16, torch.bfloat16, device="cuda")  # rows of 34 bytes
+    version, why = choose_version(x, w, b)
+    assert version == "v1" and "not a multiple of 8" in why

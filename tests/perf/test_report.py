@@ -125,7 +125,8 @@ def test_all_features_sentences():
     modulus, vocabulary = all_features_sentences(rows)
     assert modulus == (
         "modulus: one module per feature runs 212 ATen ops per call, all features at once 7 (30x fewer); "
-        "time per call 0.25 ms → 20.0 µs; kernel launches per call 104 → 4; host time per call 900 → 40 µs."
+        "device time per call 0.25 ms → 20.0 µs; kernel launches per call 104 → 4; "
+        "host time per call 900 → 40 µs."
     )
     assert "13x fewer" in vocabulary and "host time" not in vocabulary
 
