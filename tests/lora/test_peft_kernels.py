@@ -61,9 +61,11 @@ def _config(**kw):
 
 
 def _model(dtype=torch.float32, **kw):
-    torch.manual_seed(0)
-    base = Tiny().to(device=runtime.default_device(), dtype=dtype)
-    return peft.get_peft_model(base, _config(**kw), autocast_adapter_dtype=False)  # adapters in `dtype`
+    """The same weights every call (seed 0), without resetting the test's seed: the inputs stay fresh."""
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        base = Tiny().to(device=runtime.default_device(), dtype=dtype)
+        return peft.get_peft_model(base, _config(**kw), autocast_adapter_dtype=False)  # adapters in `dtype`
 
 
 def _inputs(dtype=torch.float32):
@@ -83,14 +85,14 @@ def _run(model, x, ids, grad):
 
 
 def _assert_same(fused, eager, tol, x, ids, grad):
+    """A sum's rounding scales with its terms, not its result: atol is tol × the tensor's largest entry
+    (PEFT's bf16 eager path is itself off float64 by up to 1.8% of that, the kernel 1.1%: H200, 40 seeds)."""
     y_f, g_f = _run(fused, x, ids, grad)
     y_e, g_e = _run(eager, x, ids, grad)
-    torch.testing.assert_close(y_f, y_e, rtol=tol, atol=tol)
     assert g_f.keys() == g_e.keys() and len(g_f) > 1
-    for name in g_e:
-        torch.testing.assert_close(
-            g_f[name], g_e[name], rtol=tol, atol=tol, msg=lambda m, n=name: f"{n}: {m}"
-        )
+    for name, got, want in [("y", y_f, y_e), *((n, g_f[n], g_e[n]) for n in g_e)]:
+        atol = tol * max(1.0, want.abs().max().item())
+        torch.testing.assert_close(got, want, rtol=tol, atol=atol, msg=lambda m, n=name: f"{n}: {m}")
 
 
 @pytest.mark.parametrize("dtype, tol", DTYPES)
@@ -160,8 +162,9 @@ def test_state_dict_save_load_and_merge_keep_working(tmp_path, seed):
         y = fused(x, ids)
 
         fused.save_pretrained(tmp_path)
-        torch.manual_seed(0)
-        plain = Tiny().to(x.device)  # the same base weights as _model's
+        with torch.random.fork_rng():
+            torch.manual_seed(0)
+            plain = Tiny().to(x.device)  # the same base weights as _model's
         loaded = peft.PeftModel.from_pretrained(copy.deepcopy(plain), tmp_path)
         assert use_fused_kernels(loaded).fused == [Q, V]  # a loaded model is a fresh PEFT model: switch again
         torch.testing.assert_close(loaded(x, ids), y, rtol=0, atol=0)
