@@ -50,7 +50,8 @@ run.
   **The default**, except at the smallest M:
 
 Beside the ladder, ``version="small"`` (:mod:`kernels.lora.small_m`, M ≤ 64 rows): the whole layer, base
-included, in one kernel each way; the default on a GPU at M ≤ 16, r ≤ 16, 16-bit (where it was measured).
+included, in one kernel each way; the default on a GPU at M ≤ 16, r ≤ 16, 16-bit (where it was measured:
+16×4096×4096 r16 on the H200, 2026-11-29, ``small`` +2.1% / +33% against v3's +94% / +120%).
 
 Measured (``benchmarks/bench_lora.py``, H100, bf16, torch 2.11, triton 3.6, the committed CSV of 2026-11-28
 (device date); overhead over the frozen base linear, fwd / fwd+bwd): 8192×4096×4096 r16: v3 +5.8% / +11.3%,
@@ -59,25 +60,20 @@ v2 +0.2% / +2.5%, v3 +3.1% / +0.6%; 512×4096×4096 r16: v3 +34% / +75%. (The ru
 fwd+bwd +10.8%, r64 +18.7%, 16384 −0.4%: about a point of run-to-run spread.) The same CSV's ``wall us``: at
 8192×4096×4096 r16 fwd+bwd v3's host issues a call in 963 µs against 770 µs on the device, so its wall time
 per call (994 µs) is the host's; captured in a CUDA graph (512 rows) it replays in 2–5 µs of host time.
-Where the rest goes (H100 probes of 2026-11-23/24, not kept; ``benchmarks/probe_lora_kernels.py`` redoes them)
+Where the rest goes: ``benchmarks/probe_lora_kernels.py`` times each launch alone (device µs, median, L2
+flushed; its CSV under ``benchmarks/results/lora_kernels/``: H200, 2026-11-29, bf16, 8192×4096×4096):
 
-- the base GEMM with the expand in its epilogue, s·t given: 363 µs (runs of 2 N-tiles, see
-  :func:`kernels.lora.gemm.gemm_rule`) against cuBLAS's 347 (+5%); grouped order 367, warp-specialized 367,
-  the loop nest flattened 440. Of that gap the expand's rank-16 dot is ≈ 4 µs (357 without it, 361 with,
-  2026-11-24; before the K loop instead of after, 363): the rest is the GEMM itself. Also swept that day,
-  none faster than the rule: GROUP_M 4 (365) and 16 (368), BLOCK_K 32 with 4 or 6 stages (417–419),
-  256 × 128 tiles (406–412); clusters (``num_ctas=2``) do not compile with these descriptors in triton 3.6,
-  BLOCK_K 128 at 2 stages needs 236 KB of shared memory. The dX GEMM likewise 361 against 345; at
-  16384×4096×14336 the forward GEMM is +4–5%, the dX GEMM −1.6 to +0.6%.
-- the shrink: 368–372 µs for the whole fused forward GEMM, its producers on 4 SMs of their own (see
-  :mod:`kernels.lora.gemm`); before, in the tiles' main loop, 386. v2's separate shrink pass is 30–40 µs.
-- the backward (v3, r16): the dX launch makes s·u and dB in its producers (375 µs; 371 without dB, whose
-  cuBLAS pass costs 38); dA = (s·u)ᵀ x by cuBLAS, 38 µs. What is left at 8192×4096×4096 r16: the two
-  launches' excess over cuBLAS's GEMMs (≈ 20 and 28 µs) and dA. A column-strip Triton pass for dA (TMA loads,
-  32–128 programs, several tile shapes) ran at 36–40 µs, the same ≈ 1.8 TB/s as cuBLAS, so dA stays cuBLAS.
-  At r = 64 the producers' dots weigh more and dB stays a cuBLAS pass (see :mod:`kernels.lora.gemm`). v2: s·u
-  and dB from one pass over dY (:mod:`kernels.lora.skinny`) where dY is large (16384×14336: 230 µs against
-  cuBLAS's two passes, 340).
+- the GEMM itself: with s·t given (v2's forward launch) 360 µs against cuBLAS's x Wᵀ 344 (+4.6%); the dX GEMM
+  with s·u given 359 against dY W 342 (+4.8%). That is most of the forward's overhead, and the expand's dot
+  is not it: an H100 probe of 2026-11-24 (not kept) timed the launch 357 µs without the dot, 361 with.
+  Swept that day (H100), none faster than :func:`kernels.lora.gemm.gemm_rule`: grouped order, warp
+  specialization, GROUP_M 4 or 16, BLOCK_K 32, 256 × 128 tiles; clusters (``num_ctas=2``) do not compile
+  with these descriptors in triton 3.6, BLOCK_K 128 at 2 stages needs 236 KB of shared memory.
+- the producers (v3): s·t computed in the forward launch 366 µs (+6.4%, 1.8 points over v2's launch, whose
+  shrink is a 27.5 µs cuBLAS pass of its own); s·u and dB in the dX launch 369 (+7.8%). At r = 64 their dots
+  weigh more: 380 forward (+10.3%), 380 dX (+10.8%, dB then a cuBLAS pass, 29 µs).
+- the passes no fusion of the base GEMMs removes: dA = (s·u)ᵀ x, 30.0 µs by cuBLAS (a column-strip Triton
+  pass ran no faster on the H100), and dB where the producers do not take it, 30.0.
 - host time: ``kernel[grid](...)`` costs ≈ 45–65 µs of Python per launch of the persistent GEMM (Triton 3.6's
   binder and cache key) against F.linear's ≈ 15–20, so every Triton kernel here launches through
   :class:`kernels.fast_launch.CachedLauncher` (the compiled kernel's own launcher, kept per exact argument
