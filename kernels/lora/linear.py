@@ -86,8 +86,8 @@ flushed; its CSV under ``benchmarks/results/lora_kernels/``: H200, 2026-11-29, b
   (:func:`kernels.internals.plain_eager`) run the two ops' bodies through :class:`LoraLinearFunction`, the
   version chosen once, without the dispatcher's cost per op call; under torch.compile, a dispatch or function
   mode, a functorch transform, the profiler or a tensor subclass, the call goes through the op.
-  ``benchmarks/probe_lora_host.py`` measures the Python path with the launches stubbed, on a CPU (on its CPU,
-  v3 fwd+bwd: 269 µs through the op's generic autograd, 142 direct; the unsloth order in plain torch 107).
+  ``benchmarks/probe_lora_host.py`` measures the Python path with the launches stubbed, on a CPU (what it
+  measured on the CPU of 2026-11-29 is in :class:`LoraLinearFunction`'s docstring).
 
 **General path.** v2/v3 need tensor descriptors: x and W with unit last stride and 16-byte aligned rows
 (K·e and N·e multiples of 16 bytes: K, N multiples of 8 in bf16/fp16, of 4 in fp32) and r ≤ 128.
