@@ -268,6 +268,7 @@ def summary(rows: list[dict]) -> list[dict]:
 
 def plot(rows, path: Path, meta) -> None:
     """The goals' sweep over T: µs per provider (left) and % of the copy reference (right)."""
+    import matplotlib
     from matplotlib.figure import Figure
 
     first = rows[0]  # the goals' sweep over T comes first (8 adapters, r 16, one slice; quick: its own)
@@ -279,10 +280,12 @@ def plot(rows, path: Path, meta) -> None:
     ]
     fig = Figure(figsize=(13, 4.5))
     left, right = fig.subplots(1, 2)
-    for name in dict.fromkeys(r["provider"] for r in sel):
+    colors = matplotlib.colormaps["tab20"].colors  # 20 colours: one per provider (the default cycle has 10)
+    for i, name in enumerate(dict.fromkeys(r["provider"] for r in sel)):
         pts = [r for r in sel if r["provider"] == name]
-        left.plot([r["T"] for r in pts], [r["us"] for r in pts], marker="o", label=name)
-        right.plot([r["T"] for r in pts], [r["% copy"] for r in pts], marker="o", label=name)
+        style = dict(marker="o", label=name, color=colors[i % 20], ls="--" if "(graph)" in name else "-")
+        left.plot([r["T"] for r in pts], [r["us"] for r in pts], **style)
+        right.plot([r["T"] for r in pts], [r["% copy"] for r in pts], **style)
     right.axhline(100, color="k", ls="--", label="copy reference (y.copy_(x), same bytes)")
     for ax, ylabel in ((left, "µs (median, device)"), (right, "% of the copy reference")):
         ax.set_xscale("log", base=2)
