@@ -23,8 +23,8 @@ and does the LoRA work beside it:
 Bytes: W once each way, plus x, dY, A and B read once per program, mostly from L2. With M ≤ 64 the
 ``[M, BLOCK_N]`` accumulator and the ``[M, r]`` tiles stay in registers.
 
-Not the default of :func:`kernels.lora.linear.lora_linear` yet: ``version="small"`` asks for it, so that a
-benchmark can time it beside the others (``benchmarks/bench_lora.py``) before a rule chooses it.
+:func:`kernels.lora.linear.lora_linear` picks it by default only where ``benchmarks/bench_lora.py`` measured
+it faster (on a GPU, 16-bit, M and r ≤ ``SMALL_DEFAULT_UP_TO``); ``version="small"`` asks for it at M ≤ 64.
 """
 
 from __future__ import annotations
