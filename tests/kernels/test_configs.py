@@ -188,6 +188,19 @@ def test_tune_picks_fastest_skips_failures_and_persists(cache_dir):
     assert not [p for p in cache_dir.iterdir() if p.name != configs.CACHE_FILE]  # no temp files left behind
 
 
+def test_a_cpu_key_is_timed_by_the_wall_clock_on_a_gpu_machine_too(cache_dir, monkeypatch):
+    # CUDA events around CPU work time nothing (the GPU suite once picked the slow config that way)
+    import triton.testing
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(configs, "interpreting", lambda: False)
+    monkeypatch.setattr(triton.testing, "do_bench", lambda *a, **k: pytest.fail("CUDA timer for a CPU key"))
+    slow, fast = GemmConfig(64, 64, 64, 1, 4, 3, "rows", False), GemmConfig(32, 32, 32, 1, 4, 3)
+    run, _ = _fake_run({slow: 5.0, fast: 0.5})
+    key = configs.tuning_key("unit_test_kernel", 100, (8,), torch.float32, torch.device("cpu"))
+    assert tune(key, [slow, fast], run)[0] == fast
+
+
 def test_resolve_without_tuning_uses_the_rule(cache_dir):
     key = configs.tuning_key("unit_test_kernel", 5, (1,), torch.float32, torch.device("cpu"))
     rule = GemmConfig(64, 64, 64, 1, 4, 3, "rows", False)
