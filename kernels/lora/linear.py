@@ -45,8 +45,8 @@ run.
   from a pass of its own over x (cuBLAS, or :mod:`kernels.lora.skinny` for a large x). Backward: s·u = s·dY B
   by cuBLAS (with dB, by :mod:`kernels.lora.skinny`, for a large dY), the dX GEMM adds s·u A in its epilogue
   (``"epilogue"`` mode), dA (and dB otherwise) by cuBLAS.
-- ``v3`` the shrink fused too: producer programs of the same launch compute s·t on SMs of their own (one
-  kernel for the whole forward; the dX GEMM's producers compute s·u likewise, then dB for r ≤ 16).
+- ``v3`` the shrink fused too: producer programs of the same launch compute s·t on SMs of their own (the
+  forward's arithmetic in one kernel, after its flags are zeroed; the dX GEMM's make s·u, dB at r ≤ 16).
   **The default**, except at the smallest M:
 
 Beside the ladder, ``version="small"`` (:mod:`kernels.lora.small_m`, M ≤ 64 rows): the whole layer, base
