@@ -222,9 +222,9 @@ def _compile_step(optimizer: torch.optim.Optimizer) -> None:
 def make_batches(
     config: DLRMConfig, batch_size: int, n: int, device: torch.device, ids: str = "uniform", seed: int = 0
 ) -> list[Batch]:
-    """``n`` random batches. ``ids``: ``"uniform"`` over each table, or ``"zipf"``: rank ``k`` of table ``f``
-    drawn with probability ∝ ``1/k^1.1`` (continuous inverse CDF, then floored): hot rows repeat in a batch,
-    as real ids do. Raw ids are the ranks (the modulus hash maps rank ``k`` to row ``1 + k mod (n_f−1)``)."""
+    """``n`` random batches. ``ids``: ``"uniform"`` ranks in ``[0, n_f)``, or ``"zipf"``: rank ``k`` of
+    table ``f`` with probability ∝ ``1/k^1.1`` (inverse CDF, floored): hot rows repeat, like real ids. Raw ids
+    are the ranks; the modulus hash maps ``k`` to row ``1 + k mod (n_f−1)`` (so row 1 gets two ranks)."""
     if ids not in ("uniform", "zipf"):
         raise ValueError(f"ids must be 'uniform' or 'zipf', got {ids!r}")
     gen = torch.Generator().manual_seed(seed)
