@@ -5,8 +5,8 @@
 
 Train with ``nn.BCEWithLogitsLoss()(model(dense, sparse), label)``: the loss applies the sigmoid inside,
 in a numerically stable form. ``predict_proba`` applies it exactly once for inference. (The lecture this
-repo descends from applied a sigmoid in the model *and* another one after it; probabilities squashed into
-(0.5, 0.73) train and rank badly. Here the model returns logits and nothing else.)
+repo descends from ends its model in a sigmoid and trains on it with ``BCELoss``; its accuracy count applies
+a second sigmoid, so every prediction exceeds 0.5 there. Here the model returns logits and nothing else.)
 
 Backends: one model, three ways to run it (``DLRM(config, vocabularies, backend=...)``), numerically the same
 model with the same ``state_dict`` keys, so a checkpoint of one loads into another:
