@@ -174,6 +174,18 @@ def _lever_sentence(rows: Sequence[dict]) -> str | None:
     )
 
 
+def _axis_end(fig: Figure, ax, labels, end: float) -> float:
+    """The x-axis end at which every label (placed at its bar's end, a fixed width in pixels) fits inside."""
+    fig.tight_layout()  # as save_figure lays it out, so the axis width measured is the final one
+    fig.draw_without_rendering()
+    width = ax.get_window_extent().width
+    for t in labels:
+        w = t.get_window_extent().width
+        if w < width:  # x0 + w·(end/width) ≤ end  ⇔  end ≥ x0·width / (width − w)
+            end = max(end, t.get_position()[0] * width / (width - w) * 1.02)
+    return end
+
+
 def waterfall_chart(rows: Sequence[dict], png_path: str | Path, title: str, subtitle: str) -> Path:
     """Horizontal bars of ms per step, top to bottom in the lecture's order, whiskers from min to max of the
     repeats, each labelled with its median and its factor over the step it builds on; a dashed line at
@@ -185,19 +197,22 @@ def waterfall_chart(rows: Sequence[dict], png_path: str | Path, title: str, subt
     lo = [max(m - r["ms_min"], 0.0) for m, r in zip(ms, rows, strict=True)]
     hi = [max(r["ms_max"] - m, 0.0) for m, r in zip(ms, rows, strict=True)]
     ax.barh(ys, ms, xerr=[lo, hi], color="tab:blue", capsize=3, ecolor="0.3")
+    labels = []
     for y, r in zip(ys, rows, strict=True):
         factor = "" if not math.isfinite(r["vs_base"]) else f"  (×{r['vs_base']:.2f} vs {r['builds_on']!r})"
-        ax.text(r["ms_max"], y, f" {r['ms_per_step']:.3g} ms{factor}", va="center", fontsize=8)
+        label = ax.text(r["ms_max"], y, f" {r['ms_per_step']:.3g} ms{factor}", va="center", fontsize=8)
+        labels.append(label)
+        label.set_in_layout(False)  # the axis is widened to hold it (_axis_end), not the layout squeezed
     right = max(r["ms_max"] for r in rows)
     if GOAL_MS < right:
         ax.axvline(GOAL_MS, color="tab:red", linestyle="--", linewidth=1)
         ax.text(GOAL_MS, len(rows) - 0.5, f" goal {GOAL_MS} ms", color="tab:red", fontsize=8, va="bottom")
-    ax.set_xlim(0, right * 1.45)
     ax.set_yticks(list(ys), [r["implementation"] for r in rows])
     ax.invert_yaxis()
     ax.set_xlabel("ms per training step (median of repeated runs; whiskers: min–max)")
     ax.grid(alpha=0.3, axis="x")
     fig.suptitle(f"{title}\n{subtitle}", fontsize=10)
+    ax.set_xlim(0, _axis_end(fig, ax, labels, right * 1.45))  # last: the layout it measures is the final one
     return save_figure(fig, png_path)
 
 

@@ -142,3 +142,24 @@ def test_gpu_idle_is_the_unprofiled_share_and_rows_carry_the_host_columns():
     assert b["gpu_idle"] == pytest.approx(0.1) and b["syncs_per_step"] == 0.0 and b["host_clean"] is False
     said = " ".join(waterfall_sentences([a, b], on_gpu=True, kaggle_batch_2048=False))
     assert "may include waits for the GPU (an upper bound)" in said and "sets the pace" not in said
+
+
+def test_every_bar_label_ends_inside_the_axes():
+    # the longest labels sit on the longest bars: the axis widens until each fits (they were cut at the edge)
+    from matplotlib.figure import Figure
+
+    from lecture_code.perf.fusion_waterfall import _axis_end
+
+    fig = Figure(figsize=(10, 4))
+    ax = fig.subplots()
+    ax.barh([0, 1], [5.0, 0.3])
+    ax.set_yticks([0, 1], ["a long implementation name, CUDA graph", "short"])
+    labels = [
+        ax.text(x, y, " 5 ms  (×0.91 vs 'eager, dense grads, a long name')") for x, y in ((5.0, 0), (0.3, 1))
+    ]
+    for label in labels:
+        label.set_in_layout(False)
+    ax.set_xlim(0, _axis_end(fig, ax, labels, 5.0 * 1.45))
+    fig.tight_layout()
+    fig.draw_without_rendering()
+    assert all(t.get_window_extent().x1 <= ax.get_window_extent().x1 for t in labels)
