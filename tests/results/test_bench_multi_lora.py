@@ -56,16 +56,9 @@ def test_in_a_graph_ours_with_the_metadata_given_meets_the_peers_that_graph_none
     )
 
 
-def test_the_one_launch_path_failing_is_a_reason_and_the_others_are_timed(monkeypatch):
+def test_the_one_launch_path_failing_is_a_reason_and_the_others_are_timed(wrong_path):
     bench = bench_multi_lora
-    real = bench.add_multi_lora
-
-    def wrong_one_launch(y, *args, path=None, **kwargs):
-        real(y, *args, path=path, **kwargs)
-        if path == "one_launch":
-            y.add_(1.0)
-
-    monkeypatch.setattr(bench, "add_multi_lora", wrong_one_launch)
+    wrong_path(bench, "one_launch")
     rows, skipped = bench.run_shape(5, 2, 4, (16,), 16, torch.float32, runtime.default_device(), {})
     names = {r["provider"] for r in rows}
     assert bench.ONE not in names and {"ours", "ours split", "ours fused"} <= names

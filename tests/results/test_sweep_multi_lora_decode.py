@@ -21,15 +21,8 @@ def test_every_candidate_is_checked_then_timed_and_the_rules_come_first():
     assert "k32 split2" in rows[5]["config"] and rows[4]["config"] != rows[5]["config"]
 
 
-def test_a_candidate_that_answers_wrong_is_a_reason_not_a_time(monkeypatch):
-    real = sweep.add_multi_lora
-
-    def wrong_when_split(y, *args, path=None, **kwargs):
-        real(y, *args, path=path, **kwargs)
-        if path == "split":
-            y.add_(1.0)
-
-    monkeypatch.setattr(sweep, "add_multi_lora", wrong_when_split)
+def test_a_candidate_that_answers_wrong_is_a_reason_not_a_time(wrong_path):
+    wrong_path(sweep, "split")
     rows = sweep.run_shape(*sweep.QUICK[0], torch.float32, runtime.default_device(), quick=True)
     split = [r for r in rows if r["path"] == "split"]
     assert all(r["us"] is None and r["why"].startswith("AssertionError: relative error") for r in split)
