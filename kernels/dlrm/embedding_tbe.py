@@ -68,7 +68,7 @@ per-row ``mean(g²)`` without a second pass over a dense buffer (2 GiB for the K
 ``deterministic=False`` (SGD only) takes that alternative for SGD, where it is exact math: ``w_r -= lr·g1``
 then ``w_r -= lr·g2`` is ``w_r -= lr·(g1 + g2)`` up to rounding. ONE kernel, one program per block of
 entries: each entry's ``-lr·c_e·dout[bag]`` is added to its row with ``tl.atomic_add`` (no keys, no sort, no
-block or cross-block pass; in notebook 05's step on an H100, 16 kernels fewer per step). What it costs: the
+block or cross-block pass; notebook 05's step profile counts 16 GPU events fewer per step). What it costs: the
 additions into a row land in arrival order, so a repeated row's result can differ in its last bits from run
 to run (as ``index_add_``'s on a GPU), and the update happens add by add, not after the sum (the same value
 in exact arithmetic). A hot row's adds serialise (under Zipf a head row takes hundreds). Weight fp32 only:

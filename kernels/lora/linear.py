@@ -21,8 +21,8 @@ Saved: x (the frozen base linear saves it too) and s·t [M, r] (M·r·e bytes: 2
 W are parameters. Nothing is recomputed: t comes from the forward. Passes over dY: the dX GEMM reads dY. v3
 (``"fused"``): producer programs of the same launch, on SMs of their own, stream dY's row blocks for
 s·u = s·dY B while the tiles run the GEMM, then (r ≤ 16) stream it once more, in column strips, for dB; their
-passes ride beside the GEMM (the launch: 375 µs against 371 without dB, cuBLAS's dY W 347, at M = 8192,
-K = N = 4096, r = 16; probes on an H100, 2026-11-24, listed under "Where the rest goes" below). v2
+passes ride beside the GEMM (the launch: 369 µs against 359 with s·u given and no dB, cuBLAS's dY W 342, at
+M = 8192, K = N = 4096, r = 16: the H200 probe CSV of 2026-11-29, under "Where the rest goes" below). v2
 (``"epilogue"``): s·u is its own pass, which for a large dY also computes dB (:mod:`kernels.lora.skinny`: one
 read of dY for both); else dB reads dY once more (cuBLAS). dA reads x once (the base backward never reads x,
 so that pass is new work no fusion of the base GEMMs removes; cuBLAS, ≈ 38 µs at that shape). The v3 producers

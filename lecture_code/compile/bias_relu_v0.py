@@ -223,8 +223,8 @@ class V0Launch:
         if not self.out_of_bounds:
             return line + "nothing read or written past the end of x, bias or out"
         return line + (
-            f"past the end: read {self.read_past_x:,} elements of x and {self.read_past_bias:,} of bias, "
-            f"wrote {self.written_past_out:,} of out ({self.programs:,} programs x {self.block} = "
+            f"past the end: read x for {self.read_past_x:,} outputs and bias for {self.read_past_bias:,}, "
+            f"wrote {self.written_past_out:,} elements of out ({self.programs:,} programs x {self.block} = "
             f"{self.programs * self.block:,} elements launched)"
         )
 

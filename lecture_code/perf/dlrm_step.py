@@ -18,8 +18,8 @@ order the lecture applies them (each a named builder, validated against eager in
   runs the two MLPs and their SGD step through ``torch.compile`` (the choice :mod:`lecture_code.model.fused`
   leaves eager).
 - ``fused + compiled MLPs, atomic SGD, CUDA graph``: the same, the tables' SGD by atomic adds instead of sort
-  + segment sums (``TableBatchedEmbedding(deterministic=False)``: one kernel, 16 fewer per step in an H100
-  profile; a repeated row's last bits then depend on the order the adds arrive, as with ``index_add_``).
+  + segment sums (``TableBatchedEmbedding(deterministic=False)``: one kernel; notebook 05's profile counts 16
+  GPU events fewer per step; a repeated row's last bits depend on the adds' order, as ``index_add_``'s).
 - ``fused + compiled MLPs, atomic SGD, TF32, CUDA graph``: the same, its MLP matmuls on TF32 tensor cores
   (built and captured under ``torch.set_float32_matmul_precision("high")``, restored after): not a fusion but
   a precision change (a 10-bit mantissa for the products, fp32 sums), the setting most fp32 training runs on

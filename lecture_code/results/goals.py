@@ -90,11 +90,26 @@ GOALS: tuple[Goal, ...] = (
         "<=",
         100.0,
     ),
-    Goal("lora", "8192x4096x4096 r16 fwd", "LoRA overhead over the frozen base ≤ +8%", "<=", 8.0),
-    Goal("lora", "8192x4096x4096 r16 fwd+bwd", "LoRA overhead over the frozen base ≤ +10%", "<=", 10.0),
-    Goal("lora", "8192x4096x4096 r64 fwd+bwd", "LoRA overhead over the frozen base ≤ +15%", "<=", 15.0),
+    Goal("lora", "8192x4096x4096 r16 fwd", "LoRA overhead over the frozen base ≤ +5%", "<=", 5.0),
+    Goal("lora", "8192x4096x4096 r16 fwd+bwd", "LoRA overhead over the frozen base ≤ +5%", "<=", 5.0),
+    Goal("lora", "8192x4096x4096 r64 fwd", "LoRA overhead over the frozen base ≤ +10%", "<=", 10.0),
+    Goal("lora", "8192x4096x4096 r64 fwd+bwd", "LoRA overhead over the frozen base ≤ +10%", "<=", 10.0),
     Goal("lora", "16384x4096x14336 r16 fwd+bwd", "LoRA overhead over the frozen base ≤ +3%", "<=", 3.0),
-    Goal("lora", "512x4096x4096 r16 fwd+bwd", "LoRA overhead over the frozen base ≤ +100%", "<=", 100.0),
+    # small M, where the host dominates: both sides replayed from CUDA graphs (bench_lora's "(graph)" rows)
+    Goal(
+        "lora",
+        "512x4096x4096 r16 fwd+bwd graph",
+        "in CUDA graphs, LoRA overhead over the graphed frozen base ≤ +30% at 512 rows",
+        "<=",
+        30.0,
+    ),
+    Goal(
+        "lora",
+        "16x4096x4096 r16 fwd+bwd graph",
+        "in CUDA graphs, LoRA overhead over the graphed frozen base ≤ +50% at 16 rows",
+        "<=",
+        50.0,
+    ),
     # wall µs per fwd+bwd call in a loop, ours at its best (torch.compile(mode="reduce-overhead") included)
     # over the unsloth-style order's without a graph: what a practitioner who compiles the model gets
     Goal(

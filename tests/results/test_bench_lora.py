@@ -188,6 +188,27 @@ def test_the_small_m_rows_count_as_ours_and_get_a_column_only_where_measured():
     assert all(r[measured.headers.index("ours: best")].endswith("(small)") for r in measured.rows)
 
 
+def test_a_graph_goal_reads_only_the_graphed_rows_of_ours():
+    from lecture_code.results.sources import ResultFile
+    from lecture_code.results.workloads import lora
+
+    shape = "16x4096x4096 r16"
+    g, base = bench_lora.GRAPH, "base (frozen linear)"
+    overheads = [(base, 0.0), ("small", 20.0), ("v3", 90.0), (base + g, 0.0), ("v3" + g, 60.0),
+                 ("small" + g, 45.0), ("eager" + g, 10.0)]  # fmt: skip
+    rows = [{**_row("fwd+bwd", prov, o, 1.0, shape=shape), "ms": "0.03"} for prov, o in overheads]
+    result = ResultFile(path="x.csv", workload="lora", name="lora_overhead", stamp={}, rows=rows)
+    check = next(c for c in lora.build(result).goals if c.goal.key == f"{shape} fwd+bwd graph")
+    assert (
+        check.value == 45.0 and check.reached == "best of ours +45.0% (small, graph)"
+    )  # not eager's, not 20
+    assert check.goal.met(check.value)
+    no_graph = ResultFile(path="x.csv", workload="lora", name="lora_overhead", stamp={}, rows=rows[:3])
+    assert next(c for c in lora.build(no_graph).goals if c.goal.key == f"{shape} fwd+bwd graph").reached == (
+        "not measured"
+    )
+
+
 def test_the_compiled_providers_run_after_the_graphs_captured_by_hand(monkeypatch):
     # On the H200, once reduce-overhead had run a forward + backward, hand captures of one at that shape
     # failed: the compiled providers are timed after _graph_rows has captured the others.
