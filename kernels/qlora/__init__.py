@@ -1,7 +1,11 @@
 """QLoRA: a 4-bit (NF4) frozen base with LoRA adapters.
 
 - :mod:`.nf4` — the NF4 format with double-quantized scales: ``quantize_nf4``, ``dequantize_nf4``,
-  ``NF4Weight``; the pure-torch reference of the fused kernels.
+  ``NF4Weight``; the pure-torch reference of the kernels below.
+- :mod:`.dequantize` — NF4 → 16 bits in a kernel of its own (the pass the usual order runs before each GEMM).
+- :mod:`.nf4_gemm` — the GEMM over an NF4 weight dequantized on chip, with a low-rank term in its epilogue.
+- :mod:`.linear` — ``qlora_linear(x, weight, lora_a, lora_b, scale)``: the fused QLoRA linear, forward and
+  backward, the ``fused_kernels::qlora_linear`` op.
 
-Import from the modules (``from kernels.qlora.nf4 import quantize_nf4``); see :mod:`kernels.pointwise`.
+Import from the modules (``from kernels.qlora.linear import qlora_linear``); see :mod:`kernels.pointwise`.
 """

@@ -24,7 +24,15 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["NF4_CODE", "NF4Weight", "dequantize_nf4", "dynamic_code", "normal_code", "quantize_nf4"]
+__all__ = [
+    "NF4_CODE",
+    "NF4Weight",
+    "dequantize_blocks",
+    "dequantize_nf4",
+    "dynamic_code",
+    "normal_code",
+    "quantize_nf4",
+]
 
 BLOCKSIZES = (64, 128, 256, 512, 1024, 2048, 4096)
 SCALE_BLOCK = 256  # absmaxes per fp32 scale in the double quantization
@@ -55,6 +63,7 @@ def dynamic_code() -> torch.Tensor:
 
 
 NF4_CODE = normal_code()
+DYNAMIC_CODE = dynamic_code()
 
 
 def _nearest(x: torch.Tensor, code: torch.Tensor) -> torch.Tensor:
@@ -113,7 +122,7 @@ class NF4Weight:
 
     def absmax(self) -> torch.Tensor:
         """Each block's absmax, fp32 ``[blocks]``, as the double quantization gives it back."""
-        codes = dynamic_code().to(self.absmax_codes.device)[self.absmax_codes.long()]
+        codes = DYNAMIC_CODE.to(self.absmax_codes.device)[self.absmax_codes.long()]
         scales = self.absmax_scales.repeat_interleave(SCALE_BLOCK)[: codes.numel()]
         return codes * scales + self.absmax_offset
 
@@ -141,7 +150,7 @@ def quantize_nf4(weight: torch.Tensor, blocksize: int = 64) -> NF4Weight:
     offset = absmax.mean()
     centred = _blocks(absmax - offset, SCALE_BLOCK)
     scales = centred.abs().amax(dim=1)
-    codes = _nearest(centred / torch.where(scales > 0, scales, 1.0)[:, None], dynamic_code())
+    codes = _nearest(centred / torch.where(scales > 0, scales, 1.0)[:, None], DYNAMIC_CODE)
     return NF4Weight(
         packed,
         codes.reshape(-1)[: absmax.numel()],
@@ -155,7 +164,15 @@ def quantize_nf4(weight: torch.Tensor, blocksize: int = 64) -> NF4Weight:
 
 def dequantize_nf4(q: NF4Weight, dtype: torch.dtype | None = None) -> torch.Tensor:
     """The weight ``[N, K]`` back from NF4, in ``dtype`` (default: the quantized weight's own)."""
-    index = torch.stack([q.packed >> 4, q.packed & 0xF], dim=1).view(-1, q.blocksize).long()
-    values = NF4_CODE.to(q.packed.device)[index] * q.absmax()[:, None]
-    n, k = q.shape
-    return values.reshape(-1)[: n * k].view(n, k).to(dtype or q.dtype)
+    return dequantize_blocks(q.packed, q.absmax(), q.shape, q.blocksize, dtype or q.dtype)
+
+
+def dequantize_blocks(
+    packed: torch.Tensor, absmax: torch.Tensor, shape: tuple[int, int], blocksize: int, dtype: torch.dtype
+) -> torch.Tensor:
+    """The weight ``shape`` in ``dtype`` from its 4-bit codes (``packed``) and its blocks' fp32 ``absmax``
+    (the double quantization already undone)."""
+    index = torch.stack([packed >> 4, packed & 0xF], dim=1).view(-1, blocksize).long()
+    values = NF4_CODE.to(packed.device)[index] * absmax[:, None]
+    n, k = shape
+    return values.reshape(-1)[: n * k].view(n, k).to(dtype)

@@ -23,11 +23,13 @@ import kernels.lora.linear
 import kernels.mlp.fused_mlp
 import kernels.multi_lora.shrink_expand
 import kernels.pointwise.add_mul_act
-import kernels.pointwise.bias_relu  # noqa: F401
+import kernels.pointwise.bias_relu
+import kernels.qlora.linear  # noqa: F401
 from kernels.configs import BranchConfig, GemmConfig, MlpConfig
 from kernels.dlrm.embedding_tbe import table_offsets_for
 from kernels.library import NAMESPACE, decode_config, encode_config, ops
 from kernels.multi_lora.metadata import build_meta
+from kernels.qlora.nf4 import quantize_nf4
 
 DEVICE = kernels.default_device()
 
@@ -69,6 +71,13 @@ def _lora(version):
         return ops().lora_linear.default, args
 
     return case
+
+
+def _qlora_linear():
+    # K = 80: a block of 64 codes runs on into the next row of W; N = 12, r = 4
+    q = quantize_nf4(rand(12, 80))
+    x, a, b = rand(6, 80, grad=True), rand(4, 80, grad=True), rand(12, 4, grad=True)
+    return ops().qlora_linear.default, (x, q.packed, q.absmax(), 12, 80, 64, a, b, 0.5)
 
 
 def _build_meta():
@@ -123,6 +132,7 @@ CASES = {
     "lora_linear-v0": _lora("v0"),
     "lora_linear-v1": _lora("v1"),
     "lora_linear-small": _lora("small"),
+    "qlora_linear": _qlora_linear,
     "build_meta": _build_meta,
     "add_multi_lora-default": _add_multi_lora(""),
     "add_multi_lora-one_launch": _add_multi_lora("one_launch"),
@@ -143,7 +153,8 @@ def test_every_op_is_checked():
     names = {name for name in dir(ops()) if not name.startswith("_") and name not in ("name", "default")}
     registered = {n for n in names if hasattr(getattr(ops(), n), "default")}
     backward_ops = {
-        f"{name}_backward" for name in ("bias_relu", "add_mul_act", "interaction_dot", "lora_linear")
+        f"{name}_backward"
+        for name in ("bias_relu", "add_mul_act", "interaction_dot", "lora_linear", "qlora_linear")
     }
     checked = {key.split("-")[0] for key in CASES} | backward_ops  # the backward ops: by the autograd checks
     assert registered == checked, f"ops of {NAMESPACE}:: without an opcheck case: {registered - checked}"

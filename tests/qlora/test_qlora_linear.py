@@ -1,0 +1,105 @@
+"""The fused QLoRA linear (kernels.qlora.linear): output and every gradient against float64 on the
+dequantized weight, odd shapes, the path without the NF4 GEMM, torch.compile, bad input."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import kernels
+import kernels.qlora.linear as qlinear
+from kernels import reference
+from kernels.qlora.nf4 import dequantize_nf4, quantize_nf4
+
+DEVICE = kernels.default_device()
+ON_GPU = DEVICE.type == "cuda"
+# (M, K, N, r): K not a multiple of 64 (blocks cut rows of W), N and M odd, r from 1 to past 16
+SHAPES = [(7, 64, 48, 4), (33, 100, 70, 5), (1, 80, 33, 1), (65, 192, 40, 20)]
+DTYPES = [torch.float32, torch.bfloat16] + ([torch.float16] if ON_GPU else [])
+TOL = {torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 2e-2}  # of each tensor's largest entry
+
+
+def _case(M, K, N, r, dtype, lead=()):
+    q = quantize_nf4(torch.randn(N, K, device=DEVICE).to(dtype))
+    x = torch.randn(*lead, M, K, device=DEVICE).to(dtype).requires_grad_()
+    a = (torch.randn(r, K, device=DEVICE) / K**0.5).to(dtype).requires_grad_()
+    b = torch.randn(N, r, device=DEVICE).to(dtype).requires_grad_()
+    return q, x, a, b
+
+
+def _check_against_float64(q, x, a, b, scale, y, dy):
+    dtype = x.dtype
+    x64, a64, b64 = (t.detach().double().requires_grad_() for t in (x, a, b))
+    want = reference.lora_linear(x64, dequantize_nf4(q, torch.float64), a64, b64, scale)
+    want.backward(dy.double())
+    for name, got, ref in (("y", y, want), ("dx", x.grad, x64.grad), ("da", a.grad, a64.grad),
+                           ("db", b.grad, b64.grad)):  # fmt: skip
+        assert got is not None and got.dtype == dtype, name
+        atol = TOL[dtype] * float(ref.detach().abs().max())
+        torch.testing.assert_close(got.double(), ref.detach(), rtol=0, atol=atol, msg=name)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=[f"{m}x{k}x{n}r{r}" for m, k, n, r in SHAPES])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_output_and_every_gradient(shape, dtype, seed, monkeypatch):
+    calls = []
+    launch = qlinear.nf4_matmul_lowrank
+    monkeypatch.setattr(
+        qlinear, "nf4_matmul_lowrank", lambda *a: calls.append(a[0].device.type) or launch(*a)
+    )
+    q, x, a, b = _case(*shape, dtype)
+    y = qlinear.qlora_linear(x, q, a, b, 0.7)
+    dy = torch.randn_like(y)
+    y.backward(dy)
+    _check_against_float64(q, x, a, b, 0.7, y, dy)
+    assert calls == [DEVICE.type] * 2, "the NF4 GEMM ran the forward and dX"  # on CUDA where there is one
+
+
+def test_leading_dims_and_no_gradient_for_x(seed):
+    q, x, a, b = _case(5, 96, 24, 3, torch.float32, lead=(2,))
+    x.requires_grad_(False)
+    y = qlinear.qlora_linear(x, q, a, b, 2.0)
+    assert y.shape == (2, 5, 24)
+    y.backward(dy := torch.randn_like(y))
+    assert x.grad is None
+    a64, b64 = a.detach().double().requires_grad_(), b.detach().double().requires_grad_()
+    want = reference.lora_linear(x.double(), dequantize_nf4(q, torch.float64), a64, b64, 2.0)
+    want.backward(dy.double())
+    torch.testing.assert_close(y.double(), want.detach(), rtol=0, atol=2e-5 * float(want.abs().max()))
+    torch.testing.assert_close(a.grad.double(), a64.grad, rtol=0, atol=2e-5 * float(a64.grad.abs().max()))
+    torch.testing.assert_close(b.grad.double(), b64.grad, rtol=0, atol=2e-5 * float(b64.grad.abs().max()))
+
+
+def test_without_the_nf4_gemm_the_same_formulas_run_in_torch(seed, monkeypatch):
+    """Where the GPU lacks what the NF4 GEMM needs, the op dequantizes W and runs torch's matmuls."""
+    monkeypatch.setattr(qlinear, "unmet", lambda needs, device: "a GPU older than sm_80 (patched)")
+    monkeypatch.setattr(qlinear, "nf4_matmul_lowrank", lambda *a: pytest.fail("the NF4 GEMM ran"))
+    q, x, a, b = _case(9, 100, 30, 4, torch.float32)
+    y = qlinear.qlora_linear(x, q, a, b, 0.5)
+    y.backward(dy := torch.randn_like(y))
+    _check_against_float64(q, x, a, b, 0.5, y, dy)
+
+
+def test_compiles_to_one_graph(seed):
+    backend = "inductor" if ON_GPU else "aot_eager"  # on a CPU the op runs in the interpreter, eagerly
+    q, x, a, b = _case(16, 128, 32, 4, torch.float32)
+    f = torch.compile(lambda x, a, b: qlinear.qlora_linear(x, q, a, b, 0.5), backend=backend, fullgraph=True)
+    y = f(x, a, b)
+    y.backward(dy := torch.randn_like(y))
+    _check_against_float64(q, x, a, b, 0.5, y, dy)
+
+
+def test_bad_input_says_which_argument():
+    q, x, a, b = _case(4, 64, 16, 2, torch.float32)
+    with pytest.raises(TypeError, match="weight must be an NF4Weight"):
+        qlinear.qlora_linear(x, dequantize_nf4(q), a, b, 0.5)
+    with pytest.raises(ValueError, match=r"x must be \[\.\.\., K\] with K = weight.shape\[1\] = 64"):
+        qlinear.qlora_linear(x[:, :32], q, a, b, 0.5)
+    with pytest.raises(ValueError, match="lora_a must be"):
+        qlinear.qlora_linear(x, q, a[:, :32], b, 0.5)
+    with pytest.raises(ValueError, match=r"lora_b must be \[N, r\] = \(16, 2\)"):
+        qlinear.qlora_linear(x, q, a, b[:, :1], 0.5)
+    with pytest.raises(TypeError, match="lora_a"):
+        qlinear.qlora_linear(x, q, a.double(), b, 0.5)
+    with pytest.raises(TypeError, match="scale must be a Python number"):
+        qlinear.qlora_linear(x, q, a, b, torch.tensor(0.5))
