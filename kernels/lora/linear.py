@@ -25,7 +25,7 @@ passes ride beside the GEMM (the launch: 369 µs against 359 with s·u given and
 M = 8192, K = N = 4096, r = 16: the H200 probe CSV of 2026-11-29, under "Where the rest goes" below). v2
 (``"epilogue"``): s·u is its own pass, which for a large dY also computes dB (:mod:`kernels.lora.skinny`: one
 read of dY for both); else dB reads dY once more (cuBLAS). dA reads x once (the base backward never reads x,
-so that pass is new work no fusion of the base GEMMs removes; cuBLAS, 30.0 µs in that CSV). The v3 producers
+so that pass is new work no fusion of the base GEMMs removes; cuBLAS, ≈ 38 µs at that shape). The v3 producers
 have no time left for it, measured (H100, 2026-11-24): dA in column strips of x after their s·u pass took the
 launch from 366 to 433 µs, and dB summed during the s·u pass (one fp32 share per producer, read, added to and
 written back at every K step) to 539; a producer's SM streams ≈ 100 GB/s, as many bytes as its shared memory
