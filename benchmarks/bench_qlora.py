@@ -35,7 +35,7 @@ from kernels import reference, runtime
 from kernels.lora.linear import lora_linear
 from kernels.qlora.dequantize import dequantize_nf4_kernel
 from kernels.qlora.linear import qlora_linear
-from kernels.qlora.nf4 import NF4_CODE, dequantize_nf4, quantize_nf4
+from kernels.qlora.nf4 import dequantize_nf4, quantize_nf4, tables_on
 from lecture_code import bench as bu
 
 SHAPES = [(8192, 4096, 4096, 16), (8192, 4096, 4096, 64), (16384, 4096, 14336, 16), (512, 4096, 4096, 16)]
@@ -43,6 +43,7 @@ GRAPH_SHAPES = [(512, 4096, 4096, 16)]
 QUICK_SHAPES = [(64, 128, 96, 8)]
 BASE, OURS, DEQUANT = "16-bit base linear", "ours (NF4 fused)", "dequantize + torch LoRA"
 ALPHA = 32.0
+COLUMNS = ["shape", "pass", "provider", "ms", "overhead %", "host us", "wall us"]
 
 
 class _DequantizeThenLora(torch.autograd.Function):
@@ -50,7 +51,7 @@ class _DequantizeThenLora(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, a, b, q, scale):
-        w = dequantize_nf4_kernel(q.packed, q.absmax(), NF4_CODE.to(x.device), q.shape, q.blocksize, x.dtype)
+        w = dequantize_nf4_kernel(q.packed, q.absmax(), tables_on(x.device)[0], q.shape, q.blocksize, x.dtype)
         t = x @ a.t()
         ctx.save_for_backward(x, a, b, t)
         ctx.q, ctx.scale = q, scale
@@ -60,7 +61,7 @@ class _DequantizeThenLora(torch.autograd.Function):
     def backward(ctx, dy):
         x, a, b, t = ctx.saved_tensors
         q = ctx.q
-        w = dequantize_nf4_kernel(q.packed, q.absmax(), NF4_CODE.to(x.device), q.shape, q.blocksize, x.dtype)
+        w = dequantize_nf4_kernel(q.packed, q.absmax(), tables_on(x.device)[0], q.shape, q.blocksize, x.dtype)
         u = dy @ b
         return (
             torch.addmm(dy @ w, u, a, alpha=ctx.scale),
@@ -141,10 +142,19 @@ def run_shape(M, K, N, r, dtype, device, graphs: bool) -> tuple[list[dict], list
         if graphs and bu.on_gpu(device):
             replay = bu.graphed(base_fn, device)
             graph_base = bu.median_ms(replay, device)
-            for name, fn in [(BASE, base_fn), *calls]:
-                graph_rows.append(
-                    _row(shape, pass_, name + " (graph)", bu.graphed(fn, device), graph_base, device)
-                )
+            graph_rows.append(
+                _row(shape, pass_, BASE + " (graph)", replay, graph_base, device, ms=graph_base)
+            )
+            for name, fn in calls:
+                try:
+                    replay = bu.graphed(fn, device)
+                except Exception as e:  # noqa: BLE001 — a provider that cannot be captured: say why, go on
+                    skipped.append(
+                        f"{shape} {pass_}: {name} (graph): capture failed ({type(e).__name__}: {e})"
+                    )
+                    torch.cuda.synchronize(device)
+                    continue
+                graph_rows.append(_row(shape, pass_, name + " (graph)", replay, graph_base, device))
     return rows + graph_rows, skipped
 
 
@@ -210,10 +220,10 @@ def main(argv=None) -> None:
         warnings.simplefilter("ignore", UserWarning)
         for shape in QUICK_SHAPES if quick else SHAPES:
             got, why = run_shape(*shape, dtype, device, graphs=quick or shape in GRAPH_SHAPES)
+            bu.print_table(got, COLUMNS)  # shape by shape: a later failure keeps what was measured
             rows += got
             skipped += why
     meta = {**bu.stamp(device), "dtype": str(dtype).removeprefix("torch.")}
-    bu.print_table(rows, ["shape", "pass", "provider", "ms", "overhead %", "host us", "wall us"])
     for line in dict.fromkeys(skipped):
         print(f"[skipped] {line}")
     bits = quantize_nf4(torch.zeros(4096, 4096)).bits_per_parameter()

@@ -21,7 +21,6 @@ older GPU the op dequantizes W and runs torch's matmuls (the same formulas). Eac
 
 from __future__ import annotations
 
-import functools
 import numbers
 
 import torch
@@ -29,22 +28,19 @@ import torch
 from kernels.gpu_features import unmet
 from kernels.launch import check_device, check_dtype
 from kernels.library import custom_op
-from kernels.qlora.nf4 import NF4_CODE, NF4Weight, dequantize_blocks
+from kernels.qlora.nf4 import NF4Weight, dequantize_blocks, tables_on
 from kernels.qlora.nf4_gemm import NEEDS, nf4_matmul_lowrank
 
 __all__ = ["qlora_linear"]
-
-
-@functools.cache
-def _code(device: torch.device) -> torch.Tensor:
-    return NF4_CODE.to(device)
 
 
 def _product(a, packed, absmax, n, k, blocksize, transposed, t, r):
     """``a · op(W) + t · r`` (op(W) = Wᵀ if ``transposed`` else W): the NF4 GEMM, or torch where it
     cannot run."""
     if unmet(NEEDS, a.device) is None:
-        return nf4_matmul_lowrank(a, packed, absmax, _code(a.device), (n, k), blocksize, transposed, t, r)
+        return nf4_matmul_lowrank(
+            a, packed, absmax, tables_on(a.device)[0], (n, k), blocksize, transposed, t, r
+        )
     w = dequantize_blocks(packed, absmax, (n, k), blocksize, a.dtype)
     return torch.addmm(t @ r, a, w.t() if transposed else w)
 

@@ -19,6 +19,7 @@ Bits per parameter: 4 + 8/64 + 32/(64·256) = 4.127 (:meth:`NF4Weight.bits_per_p
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -64,6 +65,21 @@ def dynamic_code() -> torch.Tensor:
 
 NF4_CODE = normal_code()
 DYNAMIC_CODE = dynamic_code()
+
+
+@functools.cache
+def tables_on(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """:data:`NF4_CODE` and :data:`DYNAMIC_CODE` on ``device``, copied once per device (a copy from the CPU
+    inside a CUDA-graph capture would fail)."""
+    return NF4_CODE.to(device), DYNAMIC_CODE.to(device)
+
+
+def _tables(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`tables_on`, or under torch.compile a plain copy (the compiled graph holds it; dynamo would trace
+    through the cache and warn)."""
+    if torch.compiler.is_compiling():
+        return NF4_CODE.to(device), DYNAMIC_CODE.to(device)
+    return tables_on(device)
 
 
 def _nearest(x: torch.Tensor, code: torch.Tensor) -> torch.Tensor:
@@ -122,7 +138,7 @@ class NF4Weight:
 
     def absmax(self) -> torch.Tensor:
         """Each block's absmax, fp32 ``[blocks]``, as the double quantization gives it back."""
-        codes = DYNAMIC_CODE.to(self.absmax_codes.device)[self.absmax_codes.long()]
+        codes = _tables(self.absmax_codes.device)[1][self.absmax_codes.long()]
         scales = self.absmax_scales.repeat_interleave(SCALE_BLOCK)[: codes.numel()]
         return codes * scales + self.absmax_offset
 
@@ -173,6 +189,6 @@ def dequantize_blocks(
     """The weight ``shape`` in ``dtype`` from its 4-bit codes (``packed``) and its blocks' fp32 ``absmax``
     (the double quantization already undone)."""
     index = torch.stack([packed >> 4, packed & 0xF], dim=1).view(-1, blocksize).long()
-    values = NF4_CODE.to(packed.device)[index] * absmax[:, None]
+    values = _tables(packed.device)[0][index] * absmax[:, None]
     n, k = shape
     return values.reshape(-1)[: n * k].view(n, k).to(dtype)

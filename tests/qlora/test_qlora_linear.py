@@ -65,7 +65,9 @@ def test_leading_dims_and_no_gradient_for_x(seed):
     a64, b64 = a.detach().double().requires_grad_(), b.detach().double().requires_grad_()
     want = reference.lora_linear(x.double(), dequantize_nf4(q, torch.float64), a64, b64, 2.0)
     want.backward(dy.double())
-    torch.testing.assert_close(y.double(), want.detach(), rtol=0, atol=2e-5 * float(want.abs().max()))
+    torch.testing.assert_close(
+        y.double(), want.detach(), rtol=0, atol=2e-5 * float(want.detach().abs().max())
+    )
     torch.testing.assert_close(a.grad.double(), a64.grad, rtol=0, atol=2e-5 * float(a64.grad.abs().max()))
     torch.testing.assert_close(b.grad.double(), b64.grad, rtol=0, atol=2e-5 * float(b64.grad.abs().max()))
 
