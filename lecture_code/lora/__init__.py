@@ -2,6 +2,8 @@
 
 - :mod:`.layer`: ``LoRALinear`` (backend ``"eager"`` | ``"fused"``, the latter calling
   ``kernels.lora.linear``);
+- :mod:`.qlora_layer`: ``QLoRALinear``, the frozen weight in NF4 (4 bits a value), on
+  ``kernels.qlora.linear``;
 - :mod:`.apply`: ``apply_lora`` (PEFT-style ``target_modules``), ``merge_lora``/``unmerge_lora``,
   ``set_backend``, ``parameter_counts``;
 - :mod:`.adapter_io`: adapter-only ``save_adapter``/``load_adapter`` (A, B and their config, no base);
@@ -33,12 +35,14 @@ from lecture_code.lora.apply import (
 )
 from lecture_code.lora.layer import BACKENDS, LoRALinear
 from lecture_code.lora.multi_tenant import MarketAdapters, score_mixed, score_per_market
+from lecture_code.lora.qlora_layer import QLoRALinear
 
 __all__ = [
     "BACKENDS",
     "LoRALinear",
     "MarketAdapters",
     "ParameterCount",
+    "QLoRALinear",
     "adapter_config",
     "adapter_state_dict",
     "apply_lora",

@@ -1,0 +1,97 @@
+"""``QLoRALinear``: a linear layer whose frozen weight is stored in NF4 (4 bits a value), plus a trainable
+low-rank update: QLoRA's layer, with the fused kernels of :mod:`kernels.qlora.linear`.
+
+Notation as in :mod:`lecture_code.lora.layer`: x [..., K], frozen base W [N, K] (now NF4) and bias b [N],
+adapter A [r, K] and B [N, r], scale s = alpha / r::
+
+    y = x Wᵀ + b + s · (x Aᵀ) Bᵀ
+
+The base ``nn.Linear`` is quantized once, at construction (:func:`kernels.qlora.nf4.quantize_nf4`), and its
+16- or 32-bit weight is dropped: the layer keeps the codes and scales as buffers (so ``state_dict``,
+``.to(device)`` and checkpoints carry them) and ≈ 4.13 bits a parameter instead of 16 or 32. A and B are
+initialised as PEFT does (A ~ U(−1/√K, 1/√K), B = 0) and live in the base weight's dtype.
+
+**Backends.** ``"fused"``: one call to :func:`kernels.qlora.linear.qlora_linear` (W dequantized on chip in
+the forward and in the backward's dX GEMM), the bias added after. ``"eager"``: W dequantized to the compute
+dtype by :func:`kernels.qlora.nf4.dequantize_nf4`, then PEFT's order in torch ops: the pass the fused kernel
+removes. No dropout (the fused kernel takes one x for the base and the branch, as the bf16 one does).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from kernels.qlora.linear import qlora_linear  # importing kernels first decides the Triton mode
+from kernels.qlora.nf4 import NF4Weight, dequantize_nf4, quantize_nf4
+
+__all__ = ["QLoRALinear"]
+
+# The fp32 scales are kept as int32 views of their bits: ``module.to(torch.bfloat16)`` converts floating
+# buffers, and scales rounded to 8 bits of mantissa would move every weight; an integer buffer only changes
+# device.
+_BUFFERS = ("packed", "absmax_codes", "absmax_scales", "absmax_offset")
+_AS_BITS = ("absmax_scales", "absmax_offset")
+
+
+class QLoRALinear(nn.Module):
+    """``x Wᵀ + b + s·(x Aᵀ) Bᵀ`` with W frozen in NF4 (see the module docstring).
+
+    Args:
+        base: the linear layer to adapt: its weight is quantized to NF4 and dropped, its bias frozen.
+        r: adapter rank, ≥ 1. alpha: s = alpha / r (default r). backend: ``"fused"`` or ``"eager"``.
+    """
+
+    def __init__(self, base: nn.Linear, r: int, alpha: float | None = None, backend: str = "fused"):
+        super().__init__()
+        if not isinstance(base, nn.Linear):
+            raise TypeError(f"QLoRALinear wraps an nn.Linear, got {type(base).__name__}")
+        if isinstance(r, bool) or not isinstance(r, numbers.Integral) or r < 1:
+            raise ValueError(f"QLoRALinear: r must be an int >= 1, got {r!r}")
+        if backend not in ("fused", "eager"):
+            raise ValueError(f"QLoRALinear: backend={backend!r} is not one of ('fused', 'eager')")
+        alpha = r if alpha is None else alpha
+        weight = base.weight.detach()
+        q = quantize_nf4(weight)
+        for name in _BUFFERS:
+            t = getattr(q, name)
+            self.register_buffer(name, t.view(torch.int32) if name in _AS_BITS else t)
+        self.shape, self.dtype, self.blocksize = q.shape, q.dtype, q.blocksize
+        self.bias = (
+            None if base.bias is None else nn.Parameter(base.bias.detach().clone(), requires_grad=False)
+        )
+        n, k = weight.shape
+        self.lora_a = nn.Parameter(torch.empty(int(r), k, device=weight.device, dtype=weight.dtype))
+        self.lora_b = nn.Parameter(torch.zeros(n, int(r), device=weight.device, dtype=weight.dtype))
+        nn.init.kaiming_uniform_(self.lora_a, a=math.sqrt(5))
+        self.r, self.scale, self.backend = int(r), float(alpha) / int(r), backend
+
+    @property
+    def weight_nf4(self) -> NF4Weight:
+        """The frozen weight as an :class:`NF4Weight` over this module's buffers (on its device)."""
+        parts = [
+            getattr(self, n).view(torch.float32) if n in _AS_BITS else getattr(self, n) for n in _BUFFERS
+        ]
+        return NF4Weight(*parts, self.shape, self.dtype, self.blocksize)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x ``[..., K]`` → ``[..., N]``."""
+        if self.backend == "fused":
+            y = qlora_linear(x, self.weight_nf4, self.lora_a, self.lora_b, self.scale)
+            return y if self.bias is None else y + self.bias
+        w = dequantize_nf4(self.weight_nf4, x.dtype)
+        return F.linear(x, w, self.bias) + F.linear(F.linear(x, self.lora_a), self.lora_b) * self.scale
+
+    def bits_per_parameter(self) -> float:
+        """Stored bits of the frozen weight per parameter (codes, scales, offset)."""
+        return self.weight_nf4.bits_per_parameter()
+
+    def extra_repr(self) -> str:
+        n, k = self.shape
+        return (
+            f"in_features={k}, out_features={n}, r={self.r}, scale={self.scale:g}, backend={self.backend!r}"
+        )
