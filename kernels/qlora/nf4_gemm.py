@@ -6,10 +6,10 @@ Math: W ``[N, K]`` is stored in NF4 (:mod:`kernels.qlora.nf4`): element ``W[n, k
 block's absmax ``absmax[f // blocksize]``: ``W[n, k] = NF4_CODE[code] · absmax[f // blocksize]``. The kernel
 computes ``C = A · op(W) + T · R`` with ``op(W) = Wᵀ`` (``transposed``: C ``[M, N]``, A ``[M, K]``; the
 forward) or ``op(W) = W`` (C ``[M, K]``, A ``[M, N]``; the backward's dX), T ``[M, r]``, R ``[r, columns of
-C]``. One program per output tile, as :mod:`kernels.gemm.tiled`; at each step along the contraction it loads
-a tile of A, the bytes and absmaxes of the matching tile of op(W), turns them into 16-bit values in
-registers (a 16-entry table lookup times the block's absmax) and feeds ``tl.dot``. After the loop the
-low-rank term: one more ``tl.dot`` of a ``[BLOCK_M, r]`` tile of T by an ``[r, BLOCK_N]`` tile of R.
+C]``. One program per output tile, in grouped order (:mod:`kernels.gemm.grouped`); at each step along
+the contraction it loads a tile of A, the bytes and absmaxes of the matching tile of op(W), turns them into
+16-bit values in registers (a 16-entry table lookup times the block's absmax) and feeds ``tl.dot``. After the
+loop the low-rank term: one more ``tl.dot`` of a ``[BLOCK_M, r]`` tile of T by an ``[r, BLOCK_N]`` tile of R.
 
 Bytes, at M = 8192, K = N = 4096, bf16: W as NF4 is 8.4 MB (4 bits a value, plus 1 byte of absmax code per
 64) against 33.5 MB in bf16; the dequantize-then-GEMM order writes the 33.5 MB bf16 copy and reads it back.
@@ -42,13 +42,19 @@ def _nf4_gemm_kernel(
     stride_am, stride_ai, stride_tm, stride_tr, stride_rr, stride_rc, stride_cm, stride_cc,
     TRANSPOSED: tl.constexpr, BLOCKSIZE: tl.constexpr, BLOCK_R: tl.constexpr,
     DOT_UPCAST: tl.constexpr, INPUT_PRECISION: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):  # fmt: skip
     # C [M, COLS] = A [M, INNER] · op(W) [INNER, COLS] + T [M, RANK] · R [RANK, COLS]; one program per tile.
+    # tiles in super-rows of GROUP_M row blocks (kernels.gemm.grouped): a column block of W, dequantized from
+    # the same bytes by GROUP_M programs in a row, is read from DRAM about once and then from L2
     pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(COLS, BLOCK_N)
-    pid_m = pid // num_pid_n
-    pid_n = pid % num_pid_n
+    in_group = GROUP_M * num_pid_n
+    first_m = (pid // in_group) * GROUP_M
+    group_rows = tl.minimum(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % in_group) % group_rows
+    pid_n = (pid % in_group) // group_rows
     rows = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
     cols = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
     ks = tl.arange(0, BLOCK_K).to(tl.int64)
@@ -112,15 +118,17 @@ def nf4_matmul_lowrank(
     transposed: bool,
     t: torch.Tensor,
     r: torch.Tensor,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``a · op(W) + t · r`` with W ``weight_shape`` = (N, K) in NF4 (``packed`` uint8, ``absmax`` fp32 per
     block, ``code`` the 16 fp32 code values): ``op(W) = Wᵀ`` if ``transposed`` (a ``[M, K]`` → ``[M, N]``)
-    else W (a ``[M, N]`` → ``[M, K]``); t ``[M, r]``, r ``[r, columns]``. Arguments are checked by the caller
+    else W (a ``[M, N]`` → ``[M, K]``); t ``[M, r]``, r ``[r, columns]``; written into ``out`` if given (a
+    contiguous ``[M, columns]`` of a's dtype). Arguments are checked by the caller
     (:mod:`kernels.qlora.linear`); this launches."""
     n, k = weight_shape
     M, inner = a.shape
     cols = n if transposed else k
-    out = torch.empty((M, cols), device=a.device, dtype=a.dtype)
+    out = torch.empty((M, cols), device=a.device, dtype=a.dtype) if out is None else out
     if M == 0 or cols == 0:
         return out
     bm, bn, bk, warps, stages = _tiles(M, cols, inner, a.dtype)
@@ -130,6 +138,6 @@ def nf4_matmul_lowrank(
         *a.stride(), *t.stride(), *r.stride(), *out.stride(),
         TRANSPOSED=transposed, BLOCKSIZE=blocksize, BLOCK_R=max(16, dot_block(t.shape[1])),
         DOT_UPCAST=dot_upcast(a.dtype), INPUT_PRECISION=input_precision(a.dtype),
-        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages,
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=warps, num_stages=stages,
     )  # fmt: skip
     return out

@@ -13,8 +13,9 @@ from kernels.qlora.nf4 import dequantize_nf4, quantize_nf4
 
 DEVICE = kernels.default_device()
 ON_GPU = DEVICE.type == "cuda"
-# (M, K, N, r): K not a multiple of 64 (blocks cut rows of W), N and M odd, r from 1 to past 16
-SHAPES = [(7, 64, 48, 4), (33, 100, 70, 5), (1, 80, 33, 1), (65, 192, 40, 20)]
+# (M, K, N, r): K not a multiple of 64 (blocks cut rows of W), N and M odd, r from 1 to past 16, and more
+# row blocks than a group of the tile order holds (300 rows)
+SHAPES = [(7, 64, 48, 4), (33, 100, 70, 5), (1, 80, 33, 1), (65, 192, 40, 20), (300, 64, 72, 2)]
 DTYPES = [torch.float32, torch.bfloat16] + ([torch.float16] if ON_GPU else [])
 TOL = {torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 2e-2}  # of each tensor's largest entry
 
@@ -105,3 +106,23 @@ def test_bad_input_says_which_argument():
         qlinear.qlora_linear(x, q, a.double(), b, 0.5)
     with pytest.raises(TypeError, match="scale must be a Python number"):
         qlinear.qlora_linear(x, q, a, b, torch.tensor(0.5))
+
+
+@pytest.mark.parametrize("transposed", [True, False], ids=["forward", "dx"])
+def test_the_gemm_writes_every_element_of_a_poisoned_output(transposed, seed):
+    """Tiles past a group of the tile order, edges on every side: each element written, none left NaN."""
+    from kernels.qlora.nf4 import tables_on
+
+    n, k, M, r = 72, 100, 300, 3
+    q = quantize_nf4(torch.randn(n, k, device=DEVICE))
+    inner, cols = (k, n) if transposed else (n, k)
+    a, t = torch.randn(M, inner, device=DEVICE), torch.randn(M, r, device=DEVICE)
+    rr = torch.randn(r, cols, device=DEVICE)
+    out = torch.full((M, cols), float("nan"), device=DEVICE)
+    got = qlinear.nf4_matmul_lowrank(
+        a, q.packed, q.absmax(), tables_on(DEVICE)[0], q.shape, 64, transposed, t, rr, out
+    )
+    w = dequantize_nf4(q, torch.float64)
+    want = a.double() @ (w.t() if transposed else w) + t.double() @ rr.double()
+    assert got is out and not bool(out.isnan().any())
+    torch.testing.assert_close(out.double(), want, rtol=0, atol=2e-5 * float(want.abs().max()))
