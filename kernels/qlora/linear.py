@@ -10,9 +10,9 @@ Math (x ``[M, K]``, W ``[N, K]`` in NF4, A ``[r, K]``, B ``[N, r]``, s the scale
 
 What the fusion removes: the order PEFT with bitsandbytes runs (dequantize W to 16 bits in a kernel of its
 own, then the GEMM; the LoRA branch in torch ops) writes and reads a 16-bit copy of W in the forward and
-again in the backward (2 × 2·N·K bytes each way); here W crosses memory as 4-bit codes only, ≈ 0.53 bytes a
-value with its absmaxes. The double-quantized absmaxes are undone once per call (a small pass over N·K/64
-values, :meth:`kernels.qlora.nf4.NF4Weight.absmax`).
+again in the backward (2 × 2·N·K bytes each way); here W crosses memory as 4-bit codes and fp32 absmaxes
+only, 0.5625 bytes a value (0.516 as stored, with 8-bit absmax codes). The double-quantized absmaxes are
+undone once per call (a small pass over N·K/64 values, :meth:`kernels.qlora.nf4.NF4Weight.absmax`).
 
 Paths: the NF4 GEMM needs what any Triton kernel here needs (sm_80 or newer, :data:`nf4_gemm.NEEDS`); on an
 older GPU the op dequantizes W and runs torch's matmuls (the same formulas). Each public entry point is a

@@ -11,10 +11,10 @@ the contraction it loads a tile of A, the bytes and absmaxes of the matching til
 16-bit values in registers (a 16-entry table lookup times the block's absmax) and feeds ``tl.dot``. After the
 loop the low-rank term: one more ``tl.dot`` of a ``[BLOCK_M, r]`` tile of T by an ``[r, BLOCK_N]`` tile of R.
 
-Bytes, at M = 8192, K = N = 4096, bf16: W as NF4 is 8.4 MB (4 bits a value, plus 1 byte of absmax code per
-64) against 33.5 MB in bf16; the dequantize-then-GEMM order writes the 33.5 MB bf16 copy and reads it back.
-The absmaxes the kernel reads are the double quantization already undone (fp32, one per 64 values: 1 MB
-at that shape, :meth:`NF4Weight.absmax`, a pass of its own per call).
+Bytes, at M = 8192, K = N = 4096, bf16: the kernel reads W as 8.4 MB of 4-bit codes plus 1.0 MB of fp32
+absmaxes (the double quantization already undone: one per 64 values, :meth:`NF4Weight.absmax`, a pass of
+its own per call) against 33.5 MB for W in bf16; the dequantize-then-GEMM order writes the 33.5 MB bf16 copy
+and reads it back.
 
 Portable: plain loads and ``tl.dot``, no tensor descriptors: any GPU Triton supports (sm_80 and newer,
 :data:`NEEDS`) and the CPU interpreter. Edges masked (any M, N, K; rows of W cut by a block anywhere).

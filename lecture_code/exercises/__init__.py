@@ -1,4 +1,4 @@
-"""The exercises at the end of notebooks 04–08: a checker per exercise, the shared checking, the solutions.
+"""The exercises at the end of notebooks 04–09: a checker per exercise, the shared checking, the solutions.
 
 - :mod:`.checker`: compare an answer with the reference and name what is wrong (shape, dtype, NaN, the first
   wrong element); :class:`~.checker.Report`, one line per case.
@@ -11,6 +11,8 @@
   :mod:`.lora_da` (``check_lora_da``: dA alone).
 - Notebook 08: :mod:`.multi_lora_expand` (``check_multi_lora_expand``: the multi-LoRA expand, rows with
   adapter id −1 untouched, the column tail masked).
+- Notebook 09: :mod:`.nf4_dequantize` (``check_nf4_dequantize``: NF4 → 16 bits in a Triton kernel, the
+  even element in the high nibble, each element scaled by its block's absmax, the tail masked).
 - :mod:`.solutions`: one answer per exercise, tested in CI like any kernel.
 
 A new exercise follows the same pattern: a module with its cases and a ``check_*`` function built on
@@ -24,6 +26,7 @@ from lecture_code.exercises.linear_relu import check_linear_relu
 from lecture_code.exercises.lora_da import check_lora_da
 from lecture_code.exercises.lora_linear import check_lora_linear
 from lecture_code.exercises.multi_lora_expand import check_multi_lora_expand
+from lecture_code.exercises.nf4_dequantize import check_nf4_dequantize
 from lecture_code.exercises.sgd_rows import check_sgd_rows
 
 __all__ = [
@@ -33,5 +36,6 @@ __all__ = [
     "check_lora_da",
     "check_lora_linear",
     "check_multi_lora_expand",
+    "check_nf4_dequantize",
     "check_sgd_rows",
 ]

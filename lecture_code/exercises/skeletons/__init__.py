@@ -14,6 +14,9 @@
   left to write (notebook 04; checker :func:`lecture_code.exercises.check_bias_gelu`).
 - :mod:`.sgd_rows`: ``sgd_rows(weight, ids, grad, lr)``, exact SGD on the touched rows, its body left to
   write (notebook 05; checker :func:`lecture_code.exercises.check_sgd_rows`).
+- :mod:`.nf4_dequantize`: ``dequantize_nf4(packed, absmax, code, shape, blocksize, dtype)``, NF4 codes to 16
+  bits in a Triton kernel, its body left to write (the QLoRA notebook; checker
+  :func:`lecture_code.exercises.check_nf4_dequantize`).
 
 Import the module, not the function (``from lecture_code.exercises.skeletons import linear_relu``), so the
 notebook can print its source and, after an edit, ``importlib.reload`` it.

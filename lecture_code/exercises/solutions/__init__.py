@@ -9,7 +9,9 @@
   hand-written backward (notebook 07);
 - :mod:`.lora_da`: ``lora_da(dy, x, lora_b, scale)``, LoRA's dA in torch ops (notebook 07);
 - :mod:`.multi_lora_expand`: ``multi_lora_expand(y, t, lora_b, adapter_ids)``, a Triton kernel that skips
-  rows with id −1 and masks the column tail (notebook 08).
+  rows with id −1 and masks the column tail (notebook 08);
+- :mod:`.nf4_dequantize`: ``dequantize_nf4(packed, absmax, code, shape, blocksize, dtype)``, NF4 codes to 16
+  bits, the high nibble first, each block's absmax (the QLoRA notebook).
 """
 
 from lecture_code.exercises.solutions.bias_gelu import bias_gelu
@@ -17,6 +19,15 @@ from lecture_code.exercises.solutions.linear_relu import linear_relu
 from lecture_code.exercises.solutions.lora_da import lora_da
 from lecture_code.exercises.solutions.lora_linear import lora_linear
 from lecture_code.exercises.solutions.multi_lora_expand import multi_lora_expand
+from lecture_code.exercises.solutions.nf4_dequantize import dequantize_nf4
 from lecture_code.exercises.solutions.sgd_rows import sgd_rows
 
-__all__ = ["bias_gelu", "linear_relu", "lora_da", "lora_linear", "multi_lora_expand", "sgd_rows"]
+__all__ = [
+    "bias_gelu",
+    "dequantize_nf4",
+    "linear_relu",
+    "lora_da",
+    "lora_linear",
+    "multi_lora_expand",
+    "sgd_rows",
+]
