@@ -3,7 +3,8 @@
 - :mod:`.layer`: ``LoRALinear`` (backend ``"eager"`` | ``"fused"``, the latter calling
   ``kernels.lora.linear``);
 - :mod:`.qlora_layer`: ``QLoRALinear``, the frozen weight in NF4 (4 bits a value), on
-  ``kernels.qlora.linear``;
+  ``kernels.qlora.linear``; :mod:`.qlora_adaptation`: a short fine-tuning run on an NF4 base against the
+  16-bit base;
 - :mod:`.apply`: ``apply_lora`` (PEFT-style ``target_modules``), ``merge_lora``/``unmerge_lora``,
   ``set_backend``, ``parameter_counts``;
 - :mod:`.adapter_io`: adapter-only ``save_adapter``/``load_adapter`` (A, B and their config, no base);
