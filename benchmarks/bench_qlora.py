@@ -37,11 +37,17 @@ from kernels.qlora.dequantize import dequantize_nf4_kernel
 from kernels.qlora.linear import qlora_linear
 from kernels.qlora.nf4 import dequantize_nf4, quantize_nf4, tables_on
 from lecture_code import bench as bu
+from lecture_code.results.workloads.qlora import (
+    BASE,
+    DEQUANT,
+    GRAPH,
+    OURS,
+    goal_checks,
+)  # names RESULTS.md reads
 
 SHAPES = [(8192, 4096, 4096, 16), (8192, 4096, 4096, 64), (16384, 4096, 14336, 16), (512, 4096, 4096, 16)]
 GRAPH_SHAPES = [(512, 4096, 4096, 16)]
 QUICK_SHAPES = [(64, 128, 96, 8)]
-BASE, OURS, DEQUANT = "16-bit base linear", "ours (NF4 fused)", "dequantize + torch LoRA"
 ALPHA = 32.0
 COLUMNS = ["shape", "pass", "provider", "ms", "overhead %", "host us", "wall us"]
 
@@ -150,40 +156,25 @@ def run_shape(M, K, N, r, dtype, device, graphs: bool) -> tuple[list[dict], list
         if graphs and bu.on_gpu(device):
             replay = bu.graphed(base_fn, device)
             graph_base = bu.median_ms(replay, device)
-            graph_rows.append(
-                _row(shape, pass_, BASE + " (graph)", replay, graph_base, device, ms=graph_base)
-            )
+            graph_rows.append(_row(shape, pass_, BASE + GRAPH, replay, graph_base, device, ms=graph_base))
             for name, fn in calls:
                 try:
                     replay = bu.graphed(fn, device)
                 except Exception as e:  # noqa: BLE001 — a provider that cannot be captured: say why, go on
                     skipped.append(
-                        f"{shape} {pass_}: {name} (graph): capture failed ({type(e).__name__}: {e})"
+                        f"{shape} {pass_}: {name}{GRAPH}: capture failed ({type(e).__name__}: {e})"
                     )
                     torch.cuda.synchronize(device)
                     continue
-                graph_rows.append(_row(shape, pass_, name + " (graph)", replay, graph_base, device))
+                graph_rows.append(_row(shape, pass_, name + GRAPH, replay, graph_base, device))
     return rows + graph_rows, skipped
 
 
 def goals(rows: list[dict], bits: float) -> list[str]:
-    """The goals this benchmark measures against, each with what was reached (or why the rows cannot say)."""
-    by = {(r["shape"], r["pass"], r["provider"]): r for r in rows}
+    """The weight memory (no timing needed), then the goals RESULTS.md checks
+    (:mod:`lecture_code.results.goals`), each with what ``rows`` reach."""
     out = [f"weight memory {bits:.3f} bits per parameter (goal ≤ 4.5): {'met' if bits <= 4.5 else 'not met'}"]
-    big = ("8192x4096x4096 r16", "fwd+bwd")
-    if (*big, OURS) in by and (*big, DEQUANT) in by:
-        ours, deq = by[(*big, OURS)], by[(*big, DEQUANT)]
-        out.append(f"{big[0]} fwd+bwd: ours {ours['overhead %']:+.1f}% over the 16-bit base (goal ≤ +15%): "
-                   f"{'met' if ours['overhead %'] <= 15 else 'not met'}")  # fmt: skip
-        speedup = deq["ms"] / ours["ms"]
-        out.append(f"{big[0]} fwd+bwd: {speedup:.2f}× faster than dequantize + torch LoRA (goal ≥ 1.25×): "
-                   f"{'met' if speedup >= 1.25 else 'not met'}")  # fmt: skip
-    small = ("512x4096x4096 r16", "fwd")
-    if (*small, OURS + " (graph)") in by:
-        ours = by[(*small, OURS + " (graph)")]
-        out.append(f"{small[0]} fwd in CUDA graphs: ours {ours['overhead %']:+.1f}% against the 16-bit base "
-                   f"(goal ≤ 0%): {'met' if ours['overhead %'] <= 0 else 'not met'}")  # fmt: skip
-    return out
+    return out + [f"{c.goal.text}: {c.reached}: {c.verdict}" for c in goal_checks(rows)]
 
 
 def plot(rows, path: Path, meta) -> None:

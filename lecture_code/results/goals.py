@@ -162,6 +162,28 @@ GOALS: tuple[Goal, ...] = (
         ">=",
         85.0,
     ),
+    # ours = qlora_linear (W in NF4, bf16 activations); keys read by lecture_code/results/workloads/qlora.py
+    Goal(
+        "qlora",
+        "8192x4096x4096 r16 fwd+bwd",
+        "QLoRA overhead over the 16-bit base linear ≤ +15% (W in NF4, bf16 activations)",
+        "<=",
+        15.0,
+    ),
+    Goal(
+        "qlora",
+        "8192x4096x4096 r16 fwd+bwd vs dequantize",
+        "≥ 1.25× faster than dequantizing W to 16 bits (forward and backward) and then torch's LoRA",
+        ">=",
+        1.25,
+    ),
+    Goal(
+        "qlora",
+        "512x4096x4096 r16 fwd graph",
+        "in CUDA graphs, the fused forward no slower than the 16-bit base linear at 512 rows (overhead ≤ 0%)",
+        "<=",
+        0.0,
+    ),
     # keys: preset, ranks, backend, measure (lecture_code/results/workloads/ddp.py reads them)
     Goal(
         "ddp",

@@ -25,6 +25,7 @@ from lecture_code.results.workloads import (
     multi_lora,
     pointwise,
     preprocess,
+    qlora,
 )
 
 __all__ = ["BUILDERS", "ORDER", "PLANNED", "build_section", "planned", "unsummarised"]
@@ -45,6 +46,7 @@ BUILDERS: dict[tuple[str, str], Callable[[ResultFile], Section]] = {
     ("lora_kernels", "lora_kernels"): lora_kernels.build,
     ("lora_small_m", "lora_small_m_sweep"): config_sweeps.build,
     ("multi_lora_decode", "multi_lora_decode_sweep"): config_sweeps.build,
+    ("qlora", "qlora_linear"): qlora.build,
 }
 
 # Workloads an issue asks a benchmark for, whose result may not exist yet: (title, command).
@@ -54,6 +56,7 @@ PLANNED: dict[str, tuple[str, str]] = {
         "Multi-LoRA serving: shrink + expand (notebook 08)",
         "python -m benchmarks.bench_multi_lora",
     ),
+    "qlora": (qlora.TITLE, qlora.COMMAND),
 }
 
 # Page order: the lecture's order (data, 02, 04, 05, 06, 07); anything else after, alphabetically.
@@ -70,6 +73,7 @@ ORDER = (
     "lora_adaptation",
     "multi_lora",
     "multi_lora_decode",
+    "qlora",
     "ddp",
 )
 
