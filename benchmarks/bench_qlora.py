@@ -174,7 +174,10 @@ def goals(rows: list[dict], bits: float) -> list[str]:
     """The weight memory (no timing needed), then the goals RESULTS.md checks
     (:mod:`lecture_code.results.goals`), each with what ``rows`` reach."""
     out = [f"weight memory {bits:.3f} bits per parameter (goal ≤ 4.5): {'met' if bits <= 4.5 else 'not met'}"]
-    return out + [f"{c.goal.text}: {c.reached}: {c.verdict}" for c in goal_checks(rows)]
+    checks = goal_checks(rows)
+    return out + [
+        f"{c.goal.text}: " + (c.verdict if c.value is None else f"{c.reached}: {c.verdict}") for c in checks
+    ]
 
 
 def plot(rows, path: Path, meta) -> None:

@@ -68,9 +68,12 @@ def test_goals_read_from_the_rows(ours_ms, verdict):
     assert speedup.value == pytest.approx(1.45 / ours_ms) and speedup.verdict == verdict
     graph = checks["512x4096x4096 r16 fwd graph"]
     assert (
-        graph.value == -3.0 and graph.verdict == "met" and graph.reached == "-3.00% (ours (NF4 fused) (graph))"
+        graph.value == -3.0
+        and graph.verdict == "met"
+        and graph.reached == "-3.00% (ours (NF4 fused) (graph))"
     )
     assert workload.goal_checks([])[0].verdict == "not measured"
     lines = bench_qlora.goals(rows, 4.127)
     assert lines[0] == "weight memory 4.127 bits per parameter (goal ≤ 4.5): met"
     assert lines[1].endswith(f": {verdict}") and len(lines) == 1 + len(checks)
+    assert bench_qlora.goals([], 4.127)[1].endswith("(W in NF4, bf16 activations): not measured")
