@@ -10,7 +10,8 @@ Providers, each checked against the fp32 reference on the dequantized weight bef
   its own (:mod:`kernels.qlora.dequantize`) in the forward and again in the backward, then cuBLAS and the
   LoRA branch in torch ops (PEFT's formula);
 - ``bitsandbytes + PEFT``: PEFT's LoRA layer over a ``bitsandbytes`` ``Linear4bit``, where both import;
-- ``ours (NF4 fused)``: :func:`kernels.qlora.linear.qlora_linear`.
+- ``ours (NF4 fused)``: :func:`kernels.qlora.linear.qlora_linear` (its default version, ``"pairs"`` at an even
+  K); ``ours (NF4 fused, by element)``: the same with ``version="elements"`` (:mod:`kernels.qlora.nf4_gemm`).
 
 At ``GRAPH_SHAPES`` every provider is also captured in a CUDA graph and replayed (``… (graph)`` rows,
 overhead against the graphed base): at 512 rows the host would otherwise set the pace. Columns: median
@@ -42,6 +43,7 @@ from lecture_code.results.workloads.qlora import (
     DEQUANT,
     GRAPH,
     OURS,
+    OURS_BY_ELEMENT,
     goal_checks,
 )  # names RESULTS.md reads
 
@@ -111,6 +113,7 @@ def providers(q, w16, a, b, r) -> tuple[dict, list[str]]:
         "bf16 LoRA (ours, bf16 W)": lambda x, a, b: lora_linear(x, w16, a, b, s),
         DEQUANT: lambda x, a, b: _DequantizeThenLora.apply(x, a, b, q, s),
         OURS: lambda x, a, b: qlora_linear(x, q, a, b, s),
+        OURS_BY_ELEMENT: lambda x, a, b: qlora_linear(x, q, a, b, s, version="elements"),
     }
     bnb_fn, why = _bnb_peft(w16, a, b, r) if bu.on_gpu(a.device) else (None, "bitsandbytes + PEFT: GPU only")
     if bnb_fn is not None:

@@ -29,39 +29,40 @@ from kernels.gpu_features import unmet
 from kernels.launch import check_device, check_dtype
 from kernels.library import custom_op
 from kernels.qlora.nf4 import NF4Weight, dequantize_blocks, tables_on
-from kernels.qlora.nf4_gemm import NEEDS, nf4_matmul_lowrank
+from kernels.qlora.nf4_gemm import NEEDS, check_version, nf4_matmul_lowrank
 
 __all__ = ["qlora_linear"]
 
 
-def _product(a, packed, absmax, n, k, blocksize, transposed, t, r):
-    """``a · op(W) + t · r`` (op(W) = Wᵀ if ``transposed`` else W): the NF4 GEMM, or torch where it
-    cannot run."""
+def _product(a, packed, absmax, n, k, blocksize, transposed, t, r, version):
+    """``a · op(W) + t · r`` (op(W) = Wᵀ if ``transposed`` else W): the NF4 GEMM (``version`` as
+    :data:`kernels.qlora.nf4_gemm.VERSIONS`, "" for its choice), or torch where it cannot run."""
     if unmet(NEEDS, a.device) is None:
+        code = tables_on(a.device)[0]
         return nf4_matmul_lowrank(
-            a, packed, absmax, tables_on(a.device)[0], (n, k), blocksize, transposed, t, r
+            a, packed, absmax, code, (n, k), blocksize, transposed, t, r, version=version or None
         )
     w = dequantize_blocks(packed, absmax, (n, k), blocksize, a.dtype)
     return torch.addmm(t @ r, a, w.t() if transposed else w)
 
 
-def _fake_forward(x2, packed, absmax, n, k, blocksize, lora_a, lora_b, scale):
+def _fake_forward(x2, packed, absmax, n, k, blocksize, lora_a, lora_b, scale, version):
     return x2.new_empty((x2.shape[0], n)), x2.new_empty((x2.shape[0], lora_a.shape[0]))
 
 
 @custom_op(
     "qlora_linear",
     "(Tensor x, Tensor packed, Tensor absmax, int n, int k, int blocksize, Tensor lora_a, Tensor lora_b, "
-    "float scale) -> (Tensor, Tensor)",
+    "float scale, str version) -> (Tensor, Tensor)",
     fake=_fake_forward,
 )
-def _forward_op(x2, packed, absmax, n, k, blocksize, lora_a, lora_b, scale):
+def _forward_op(x2, packed, absmax, n, k, blocksize, lora_a, lora_b, scale, version):
     """``(y [M, N], s·t [M, r])`` for 2-D x."""
     ts = (x2 @ lora_a.t()).mul_(scale)
-    return _product(x2, packed, absmax, n, k, blocksize, True, ts, lora_b.t()), ts
+    return _product(x2, packed, absmax, n, k, blocksize, True, ts, lora_b.t(), version), ts
 
 
-def _fake_backward(dy2, x2, packed, absmax, n, k, blocksize, lora_a, lora_b, ts, scale, need_dx):
+def _fake_backward(dy2, x2, packed, absmax, n, k, blocksize, lora_a, lora_b, ts, scale, version, need_dx):
     dx = x2.new_empty(x2.shape if need_dx else (0,))
     return dx, lora_a.new_empty(lora_a.shape), lora_b.new_empty(lora_b.shape)
 
@@ -69,33 +70,38 @@ def _fake_backward(dy2, x2, packed, absmax, n, k, blocksize, lora_a, lora_b, ts,
 @custom_op(
     "qlora_linear_backward",
     "(Tensor dy, Tensor x, Tensor packed, Tensor absmax, int n, int k, int blocksize, Tensor lora_a, "
-    "Tensor lora_b, Tensor ts, float scale, bool need_dx) -> (Tensor, Tensor, Tensor)",
+    "Tensor lora_b, Tensor ts, float scale, str version, bool need_dx) -> (Tensor, Tensor, Tensor)",
     fake=_fake_backward,
 )
-def _backward_op(dy2, x2, packed, absmax, n, k, blocksize, lora_a, lora_b, ts, scale, need_dx):
+def _backward_op(dy2, x2, packed, absmax, n, k, blocksize, lora_a, lora_b, ts, scale, version, need_dx):
     """``(dX or an empty [0] tensor when not need_dx, dA, dB)``."""
     us = (dy2 @ lora_b).mul_(scale)
-    dx = _product(dy2, packed, absmax, n, k, blocksize, False, us, lora_a) if need_dx else x2.new_empty(0)
+    if need_dx:
+        dx = _product(dy2, packed, absmax, n, k, blocksize, False, us, lora_a, version)
+    else:
+        dx = x2.new_empty(0)
     return dx, us.t() @ x2, dy2.t() @ ts
 
 
 def _setup_context(ctx, inputs, output):
-    x2, packed, absmax, n, k, blocksize, lora_a, lora_b, scale = inputs
+    x2, packed, absmax, n, k, blocksize, lora_a, lora_b, scale, version = inputs
     ctx.save_for_backward(x2, packed, absmax, lora_a, lora_b, output[1])
-    ctx.shape, ctx.scale = (n, k, blocksize), scale
+    ctx.shape, ctx.scale, ctx.version = (n, k, blocksize), scale, version
 
 
 def _autograd_backward(ctx, dy2, _dts):
     x2, packed, absmax, lora_a, lora_b, ts = ctx.saved_tensors
     need_dx = ctx.needs_input_grad[0]
-    dx, da, db = _backward_op(dy2, x2, packed, absmax, *ctx.shape, lora_a, lora_b, ts, ctx.scale, need_dx)
-    return (dx if need_dx else None), None, None, None, None, None, da, db, None
+    dx, da, db = _backward_op(
+        dy2, x2, packed, absmax, *ctx.shape, lora_a, lora_b, ts, ctx.scale, ctx.version, need_dx
+    )
+    return (dx if need_dx else None), None, None, None, None, None, da, db, None, None
 
 
 _forward_op.register_autograd(_autograd_backward, setup_context=_setup_context)
 
 
-def _check(x, weight, lora_a, lora_b, scale) -> None:
+def _check(x, weight, lora_a, lora_b, scale, version) -> None:
     fn = "qlora_linear"
     if not isinstance(weight, NF4Weight):
         raise TypeError(
@@ -116,17 +122,26 @@ def _check(x, weight, lora_a, lora_b, scale) -> None:
         raise ValueError(f"{fn}: lora_b must be [N, r] = {(N, lora_a.shape[0])}, got {tuple(lora_b.shape)}")
     if isinstance(scale, torch.Tensor) or not isinstance(scale, numbers.Real):
         raise TypeError(f"{fn}: scale must be a Python number (alpha / r), got {type(scale).__name__}")
+    check_version(version, K, fn)
 
 
 def qlora_linear(
-    x: torch.Tensor, weight: NF4Weight, lora_a: torch.Tensor, lora_b: torch.Tensor, scale: float
+    x: torch.Tensor,
+    weight: NF4Weight,
+    lora_a: torch.Tensor,
+    lora_b: torch.Tensor,
+    scale: float,
+    *,
+    version: str | None = None,
 ) -> torch.Tensor:
     """``x Wᵀ + s·(x Aᵀ) Bᵀ`` with W frozen in NF4: x ``[..., K]`` → ``[..., N]``, differentiable in x, lora_a
     and lora_b (fp32, fp16 or bf16, one dtype). The reference: :func:`kernels.reference.lora_linear` on
-    :func:`kernels.qlora.nf4.dequantize_nf4` of the weight."""
-    _check(x, weight, lora_a, lora_b, scale)
+    :func:`kernels.qlora.nf4.dequantize_nf4` of the weight. ``version``: how the GEMM turns bytes into
+    values (:data:`kernels.qlora.nf4_gemm.VERSIONS`), None for its choice."""
+    _check(x, weight, lora_a, lora_b, scale, version)
     x2 = x.reshape(-1, x.shape[-1])
     n, k = weight.shape
     absmax = weight.absmax().contiguous()
-    y2, _ = _forward_op(x2, weight.packed, absmax, n, k, weight.blocksize, lora_a, lora_b, float(scale))
+    args = (x2, weight.packed, absmax, n, k, weight.blocksize, lora_a, lora_b, float(scale), version or "")
+    y2, _ = _forward_op(*args)
     return y2.view(*x.shape[:-1], n)

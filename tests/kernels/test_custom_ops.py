@@ -77,7 +77,7 @@ def _qlora_linear():
     # K = 80: a block of 64 codes runs on into the next row of W; N = 12, r = 4
     q = quantize_nf4(rand(12, 80))
     x, a, b = rand(6, 80, grad=True), rand(4, 80, grad=True), rand(12, 4, grad=True)
-    return ops().qlora_linear.default, (x, q.packed, q.absmax(), 12, 80, 64, a, b, 0.5)
+    return ops().qlora_linear.default, (x, q.packed, q.absmax(), 12, 80, 64, a, b, 0.5, "")
 
 
 def _build_meta():

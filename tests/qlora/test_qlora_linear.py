@@ -13,9 +13,18 @@ from kernels.qlora.nf4 import dequantize_nf4, quantize_nf4
 
 DEVICE = kernels.default_device()
 ON_GPU = DEVICE.type == "cuda"
-# (M, K, N, r): K not a multiple of 64 (blocks cut rows of W), N and M odd, r from 1 to past 16, and more
-# row blocks than a group of the tile order holds (300 rows)
-SHAPES = [(7, 64, 48, 4), (33, 100, 70, 5), (1, 80, 33, 1), (65, 192, 40, 20), (300, 64, 72, 2)]
+# (M, K, N, r): K not a multiple of 64 (blocks cut rows of W), N and M odd, r from 1 to past 16, more row
+# blocks than a group of the tile order holds (300 rows), K odd (a byte's two values in two rows)
+SHAPES = [
+    (7, 64, 48, 4),
+    (33, 100, 70, 5),
+    (1, 80, 33, 1),
+    (65, 192, 40, 20),
+    (300, 64, 72, 2),
+    (9, 33, 40, 3),
+]
+# each shape with each version that can take it: "pairs" needs an even K; None is the launcher's choice
+CASES = [(s, v) for s in SHAPES for v in (None, "elements", "pairs") if not (v == "pairs" and s[1] % 2)]
 DTYPES = [torch.float32, torch.bfloat16] + ([torch.float16] if ON_GPU else [])
 TOL = {torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 2e-2}  # of each tensor's largest entry
 
@@ -40,20 +49,23 @@ def _check_against_float64(q, x, a, b, scale, y, dy):
         torch.testing.assert_close(got.double(), ref.detach(), rtol=0, atol=atol, msg=name)
 
 
-@pytest.mark.parametrize("shape", SHAPES, ids=[f"{m}x{k}x{n}r{r}" for m, k, n, r in SHAPES])
+@pytest.mark.parametrize("shape, version", CASES, ids=[f"{m}x{k}x{n}r{r}-{v}" for (m, k, n, r), v in CASES])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_output_and_every_gradient(shape, dtype, seed, monkeypatch):
+def test_output_and_every_gradient(shape, version, dtype, seed, monkeypatch):
     calls = []
     launch = qlinear.nf4_matmul_lowrank
-    monkeypatch.setattr(
-        qlinear, "nf4_matmul_lowrank", lambda *a: calls.append(a[0].device.type) or launch(*a)
-    )
+
+    def spy(*args, **kw):
+        calls.append((args[0].device.type, kw["version"]))
+        return launch(*args, **kw)
+
+    monkeypatch.setattr(qlinear, "nf4_matmul_lowrank", spy)
     q, x, a, b = _case(*shape, dtype)
-    y = qlinear.qlora_linear(x, q, a, b, 0.7)
+    y = qlinear.qlora_linear(x, q, a, b, 0.7, version=version)
     dy = torch.randn_like(y)
     y.backward(dy)
     _check_against_float64(q, x, a, b, 0.7, y, dy)
-    assert calls == [DEVICE.type] * 2, "the NF4 GEMM ran the forward and dX"  # on CUDA where there is one
+    assert calls == [(DEVICE.type, version)] * 2, "the NF4 GEMM ran the forward and dX"  # on CUDA if there
 
 
 def test_leading_dims_and_no_gradient_for_x(seed):
@@ -106,10 +118,17 @@ def test_bad_input_says_which_argument():
         qlinear.qlora_linear(x, q, a.double(), b, 0.5)
     with pytest.raises(TypeError, match="scale must be a Python number"):
         qlinear.qlora_linear(x, q, a, b, torch.tensor(0.5))
+    with pytest.raises(ValueError, match=r"version='fast' is not one of \('pairs', 'elements'\)"):
+        qlinear.qlora_linear(x, q, a, b, 0.5, version="fast")
+    q_odd = quantize_nf4(torch.randn(16, 33, device=DEVICE))
+    x_odd, a_odd = torch.randn(4, 33, device=DEVICE), torch.randn(2, 33, device=DEVICE)
+    with pytest.raises(ValueError, match="version='pairs' needs an even K .*; K = 33"):
+        qlinear.qlora_linear(x_odd, q_odd, a_odd, b, 0.5, version="pairs")
 
 
+@pytest.mark.parametrize("version", ["pairs", "elements"])
 @pytest.mark.parametrize("transposed", [True, False], ids=["forward", "dx"])
-def test_the_gemm_writes_every_element_of_a_poisoned_output(transposed, seed):
+def test_the_gemm_writes_every_element_of_a_poisoned_output(transposed, version, seed):
     """Tiles past a group of the tile order, edges on every side: each element written, none left NaN."""
     from kernels.qlora.nf4 import tables_on
 
@@ -120,7 +139,7 @@ def test_the_gemm_writes_every_element_of_a_poisoned_output(transposed, seed):
     rr = torch.randn(r, cols, device=DEVICE)
     out = torch.full((M, cols), float("nan"), device=DEVICE)
     got = qlinear.nf4_matmul_lowrank(
-        a, q.packed, q.absmax(), tables_on(DEVICE)[0], q.shape, 64, transposed, t, rr, out
+        a, q.packed, q.absmax(), tables_on(DEVICE)[0], q.shape, 64, transposed, t, rr, out, version
     )
     w = dequantize_nf4(q, torch.float64)
     want = a.double() @ (w.t() if transposed else w) + t.double() @ rr.double()

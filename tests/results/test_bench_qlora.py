@@ -39,7 +39,9 @@ def test_quick_run_writes_every_provider_and_the_page_summarises_it(tmp_path, ca
     for pass_ in ("fwd", "fwd+bwd"):
         got = {r["provider"]: float(r["overhead %"]) for r in rows if r["pass"] == pass_}
         assert got[workload.BASE] == 0.0
-        assert {workload.OURS, workload.DEQUANT, "bf16 LoRA (ours, bf16 W)"} <= set(got)
+        assert {workload.OURS, workload.OURS_BY_ELEMENT, workload.DEQUANT, "bf16 LoRA (ours, bf16 W)"} <= set(
+            got
+        )
     assert path.with_suffix(".png").exists()
     assert "[goal] weight memory 4.127 bits per parameter (goal ≤ 4.5): met" in capsys.readouterr().out
     page = render(tmp_path)[tmp_path / "RESULTS.md"]
