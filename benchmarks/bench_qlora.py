@@ -54,12 +54,18 @@ ALPHA = 32.0
 COLUMNS = ["shape", "pass", "provider", "ms", "overhead %", "host us", "wall us"]
 
 
+def _to_16_bits(q, dtype: torch.dtype) -> torch.Tensor:
+    """The NF4 weight in ``dtype`` by the dequantize kernel: the pass the usual order runs before each GEMM."""
+    code = tables_on(q.packed.device)[0]
+    return dequantize_nf4_kernel(q.packed, q.absmax(), code, q.shape, q.blocksize, dtype)
+
+
 class _DequantizeThenLora(torch.autograd.Function):
     """W to 16 bits by its own kernel in the forward and again in the backward; the rest in torch ops."""
 
     @staticmethod
     def forward(ctx, x, a, b, q, scale):
-        w = dequantize_nf4_kernel(q.packed, q.absmax(), tables_on(x.device)[0], q.shape, q.blocksize, x.dtype)
+        w = _to_16_bits(q, x.dtype)
         t = x @ a.t()
         ctx.save_for_backward(x, a, b, t)
         ctx.q, ctx.scale = q, scale
@@ -68,8 +74,7 @@ class _DequantizeThenLora(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x, a, b, t = ctx.saved_tensors
-        q = ctx.q
-        w = dequantize_nf4_kernel(q.packed, q.absmax(), tables_on(x.device)[0], q.shape, q.blocksize, x.dtype)
+        w = _to_16_bits(ctx.q, x.dtype)
         u = dy @ b
         return (
             torch.addmm(dy @ w, u, a, alpha=ctx.scale),
