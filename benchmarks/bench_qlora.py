@@ -55,7 +55,7 @@ COLUMNS = ["shape", "pass", "provider", "ms", "overhead %", "host us", "wall us"
 
 
 def _to_16_bits(q, dtype: torch.dtype) -> torch.Tensor:
-    """The NF4 weight in ``dtype`` by the dequantize kernel: the pass the usual order runs before each GEMM."""
+    """The NF4 weight in ``dtype`` by the dequantize kernel: the pass the usual order makes before a GEMM."""
     code = tables_on(q.packed.device)[0]
     return dequantize_nf4_kernel(q.packed, q.absmax(), code, q.shape, q.blocksize, dtype)
 
