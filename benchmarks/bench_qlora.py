@@ -47,7 +47,7 @@ from lecture_code.results.workloads.qlora import (
     goal_checks,
 )  # names RESULTS.md reads
 
-SHAPES = [(8192, 4096, 4096, 16), (8192, 4096, 4096, 64), (16384, 4096, 14336, 16), (512, 4096, 4096, 16)]
+SHAPES = [(8192, 4096, 4096, 16), (512, 4096, 4096, 16), (8192, 4096, 4096, 64), (16384, 4096, 14336, 16)]
 GRAPH_SHAPES = [(512, 4096, 4096, 16)]
 QUICK_SHAPES = [(64, 128, 96, 8)]
 ALPHA = 32.0
@@ -226,20 +226,20 @@ def main(argv=None) -> None:
     quick = args.quick or not bu.on_gpu(device)
     dtype = torch.bfloat16 if bu.on_gpu(device) else torch.float32
     rows, skipped = [], []
+    meta = {**bu.stamp(device), "dtype": str(dtype).removeprefix("torch.")}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         for shape in QUICK_SHAPES if quick else SHAPES:
             got, why = run_shape(*shape, dtype, device, graphs=quick or shape in GRAPH_SHAPES)
-            bu.print_table(got, COLUMNS)  # shape by shape: a later failure keeps what was measured
-            rows += got
+            bu.print_table(got, COLUMNS)  # shape by shape, saved as it goes: a later failure keeps what was
+            rows += got  # measured
             skipped += why
-    meta = {**bu.stamp(device), "dtype": str(dtype).removeprefix("torch.")}
+            csv_path = bu.save(rows, "qlora", "qlora_linear", meta, root=args.results_dir)
     for line in dict.fromkeys(skipped):
         print(f"[skipped] {line}")
     bits = quantize_nf4(torch.zeros(4096, 4096)).bits_per_parameter()
     for line in goals(rows, bits):
         print(f"[goal] {line}")
-    csv_path = bu.save(rows, "qlora", "qlora_linear", meta, root=args.results_dir)
     plot(rows, csv_path.with_suffix(".png"), meta)
     print(f"saved {csv_path} and {csv_path.with_suffix('.png').name}")
 

@@ -28,7 +28,7 @@ import torch
 from kernels.gpu_features import unmet
 from kernels.launch import check_device, check_dtype
 from kernels.library import custom_op
-from kernels.qlora.nf4 import NF4Weight, dequantize_blocks, tables_on
+from kernels.qlora.nf4 import NF4Weight, dequantize_blocks
 from kernels.qlora.nf4_gemm import NEEDS, check_version, nf4_matmul_lowrank
 
 __all__ = ["qlora_linear"]
@@ -38,9 +38,8 @@ def _product(a, packed, absmax, n, k, blocksize, transposed, t, r, version):
     """``a · op(W) + t · r`` (op(W) = Wᵀ if ``transposed`` else W): the NF4 GEMM (``version`` as
     :data:`kernels.qlora.nf4_gemm.VERSIONS`, "" for its choice), or torch where it cannot run."""
     if unmet(NEEDS, a.device) is None:
-        code = tables_on(a.device)[0]
         return nf4_matmul_lowrank(
-            a, packed, absmax, code, (n, k), blocksize, transposed, t, r, version=version or None
+            a, packed, absmax, (n, k), blocksize, transposed, t, r, version=version or None
         )
     w = dequantize_blocks(packed, absmax, (n, k), blocksize, a.dtype)
     return torch.addmm(t @ r, a, w.t() if transposed else w)

@@ -10,6 +10,7 @@ import kernels
 import kernels.qlora.linear as qlinear
 from kernels import reference
 from kernels.qlora.nf4 import dequantize_nf4, quantize_nf4
+from kernels.qlora.nf4_gemm import Config
 
 DEVICE = kernels.default_device()
 ON_GPU = DEVICE.type == "cuda"
@@ -130,18 +131,38 @@ def test_bad_input_says_which_argument():
 @pytest.mark.parametrize("transposed", [True, False], ids=["forward", "dx"])
 def test_the_gemm_writes_every_element_of_a_poisoned_output(transposed, version, seed):
     """Tiles past a group of the tile order, edges on every side: each element written, none left NaN."""
-    from kernels.qlora.nf4 import tables_on
-
     n, k, M, r = 72, 100, 300, 3
     q = quantize_nf4(torch.randn(n, k, device=DEVICE))
     inner, cols = (k, n) if transposed else (n, k)
     a, t = torch.randn(M, inner, device=DEVICE), torch.randn(M, r, device=DEVICE)
     rr = torch.randn(r, cols, device=DEVICE)
     out = torch.full((M, cols), float("nan"), device=DEVICE)
-    got = qlinear.nf4_matmul_lowrank(
-        a, q.packed, q.absmax(), tables_on(DEVICE)[0], q.shape, 64, transposed, t, rr, out, version
-    )
+    got = qlinear.nf4_matmul_lowrank(a, q.packed, q.absmax(), q.shape, 64, transposed, t, rr, out, version)
     w = dequantize_nf4(q, torch.float64)
     want = a.double() @ (w.t() if transposed else w) + t.double() @ rr.double()
     assert got is out and not bool(out.isnan().any())
     torch.testing.assert_close(out.double(), want, rtol=0, atol=2e-5 * float(want.abs().max()))
+
+
+CONFIGS = [
+    Config(32, 32, 32, 4, 1),  # 64 % 32 == 0: one absmax per row of a tile where K is a multiple of 64
+    Config(16, 64, 128, 4, 1),  # 128 deep and wide: two blocks in a row of a tile, an absmax per byte
+    Config(16, 16, 16, 4, 1),  # tl.dot's smallest tile
+]
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=["row-scale", "wide", "smallest"])
+@pytest.mark.parametrize("k", [128, 100])
+@pytest.mark.parametrize("transposed", [True, False], ids=["forward", "dx"])
+def test_each_config_of_the_pairs_version_equals_the_reference(config, k, transposed, seed):
+    """Every launch shape the benchmark may pick: the same products as the dequantized weight's, bf16."""
+    n, M, r = 72, 40, 3
+    q = quantize_nf4(torch.randn(n, k, device=DEVICE))
+    inner, cols = (k, n) if transposed else (n, k)
+    a = torch.randn(M, inner, device=DEVICE).bfloat16()
+    t, rr = torch.randn(M, r, device=DEVICE).bfloat16(), torch.randn(r, cols, device=DEVICE).bfloat16()
+    out = torch.full((M, cols), float("nan"), device=DEVICE, dtype=torch.bfloat16)
+    qlinear.nf4_matmul_lowrank(a, q.packed, q.absmax(), q.shape, 64, transposed, t, rr, out, "pairs", config)
+    w = dequantize_nf4(q, torch.bfloat16).double()
+    want = a.double() @ (w.t() if transposed else w) + t.double() @ rr.double()
+    torch.testing.assert_close(out.double(), want, rtol=0, atol=TOL[torch.bfloat16] * float(want.abs().max()))
