@@ -14,8 +14,10 @@
   (``score_mixed``, via ``kernels.multi_lora.shrink_expand``) against one merged model per market
   (``score_per_market``);
 - :mod:`.exercises`: the name notebook 07 imports its first checker by (now in ``lecture_code.exercises``);
+- :mod:`.nf4_linear`: ``NF4Linear``, a frozen linear layer stored in NF4 (the base of ``QLoRALinear``);
 - :mod:`.peft_kernels`: ``use_fused_kernels(peft_model)``, the PEFT drop-in (needs ``peft``, imported on first
-  use of the name).
+  use of the name); :mod:`.peft_qlora`: ``use_qlora_kernels(peft_model)``, the same with each base in NF4 on
+  the fused QLoRA kernel.
 """
 
 from lecture_code.lora.adapter_io import (
@@ -36,12 +38,14 @@ from lecture_code.lora.apply import (
 )
 from lecture_code.lora.layer import BACKENDS, LoRALinear
 from lecture_code.lora.multi_tenant import MarketAdapters, score_mixed, score_per_market
+from lecture_code.lora.nf4_linear import NF4Linear
 from lecture_code.lora.qlora_layer import QLoRALinear
 
 __all__ = [
     "BACKENDS",
     "LoRALinear",
     "MarketAdapters",
+    "NF4Linear",
     "ParameterCount",
     "QLoRALinear",
     "adapter_config",
@@ -66,4 +70,8 @@ def __getattr__(name: str):
         from lecture_code.lora import peft_kernels
 
         return getattr(peft_kernels, name)
+    if name == "use_qlora_kernels":
+        from lecture_code.lora import peft_qlora
+
+        return peft_qlora.use_qlora_kernels
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -46,15 +46,24 @@ from torch import nn
 
 from kernels.lora.linear import lora_linear
 
-__all__ = ["FusedLoraLinear", "FusedReport", "adapter_problem", "use_fused_kernels", "use_peft_forward"]
+__all__ = [
+    "FusedLoraLinear",
+    "FusedReport",
+    "adapter_problem",
+    "check_peft_version",
+    "use_fused_kernels",
+    "use_peft_forward",
+    "warn_kept",
+]
 
 PEFT_VERSIONS = ">=0.21,<0.22"  # written and tested against these (the GPU image has 0.21); others warn
 
 
-def adapter_problem(layer: PeftLoraLinear, adapter: str) -> str | None:
-    """Why the fused kernel cannot run ``adapter`` of ``layer``, or None if it can."""
-    if type(layer.get_base_layer()) is not nn.Linear:
-        return f"base layer is {type(layer.get_base_layer()).__name__}, not nn.Linear"
+def adapter_problem(layer: PeftLoraLinear, adapter: str, base_type: type = nn.Linear) -> str | None:
+    """Why the fused kernel cannot run ``adapter`` of ``layer``, or None if it can; ``base_type``: the base
+    layer the kernel takes (``nn.Linear`` here; :mod:`lecture_code.lora.peft_qlora` asks for its NF4 one)."""
+    if type(layer.get_base_layer()) is not base_type:
+        return f"base layer is {type(layer.get_base_layer()).__name__}, not {base_type.__name__}"
     if layer.fan_in_fan_out:
         return "fan_in_fan_out (Conv1D layout)"
     if adapter in layer.lora_variant:
@@ -113,16 +122,32 @@ class FusedReport:
     kept: dict[str, str] = field(default_factory=dict)
 
 
+def check_peft_version(fn: str) -> None:
+    """Warn (in ``fn``'s name) where the installed peft is not one this module was written against."""
+    if not SpecifierSet(PEFT_VERSIONS).contains(peft.__version__):
+        warnings.warn(
+            f"{fn}: written for peft{PEFT_VERSIONS}, found {peft.__version__}: it reads PEFT's layer "
+            "attributes (lora_A/B, scaling, lora_dropout, lora_variant, lora_bias); check the results",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
+def warn_kept(fn: str, report: FusedReport) -> None:
+    """One warning listing ``report.kept`` (the layers and adapters left on PEFT's path), if any."""
+    if report.kept:
+        lines = "\n".join(f"  {where}: {why}" for where, why in report.kept.items())
+        warnings.warn(
+            f"{fn}: {len(report.kept)} LoRA layer(s) or adapter(s) stay on PEFT's path:\n" + lines,
+            UserWarning,
+            stacklevel=3,
+        )
+
+
 def use_fused_kernels(model: nn.Module, warn: bool = True) -> FusedReport:
     """Switch every LoRA ``Linear`` of a PEFT ``model`` to :class:`FusedLoraLinear`, in place; returns the
     report, and (``warn``) lists once, in one warning, the layers and adapters left on PEFT's path."""
-    if not SpecifierSet(PEFT_VERSIONS).contains(peft.__version__):
-        warnings.warn(
-            f"use_fused_kernels: written for peft{PEFT_VERSIONS}, found {peft.__version__}: it reads PEFT's "
-            "layer attributes (lora_A/B, scaling, lora_dropout, lora_variant, lora_bias); check the results",
-            UserWarning,
-            stacklevel=2,
-        )
+    check_peft_version("use_fused_kernels")
     report = FusedReport()
     for name, module in model.named_modules():
         if type(module) in (PeftLoraLinear, FusedLoraLinear):
@@ -136,14 +161,8 @@ def use_fused_kernels(model: nn.Module, warn: bool = True) -> FusedReport:
                 report.fused.append(name)
         elif isinstance(module, LoraLayer):
             report.kept[name] = f"{type(module).__name__} LoRA layer (the kernel is for Linear layers)"
-    if warn and report.kept:
-        lines = "\n".join(f"  {where}: {why}" for where, why in report.kept.items())
-        warnings.warn(
-            f"use_fused_kernels: {len(report.kept)} LoRA layer(s) or adapter(s) stay on PEFT's path:\n"
-            + lines,
-            UserWarning,
-            stacklevel=2,
-        )
+    if warn:
+        warn_kept("use_fused_kernels", report)
     return report
 
 

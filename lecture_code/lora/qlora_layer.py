@@ -6,10 +6,10 @@ adapter A [r, K] and B [N, r], scale s = alpha / r::
 
     y = x Wᵀ + b + s · (x Aᵀ) Bᵀ
 
-The base ``nn.Linear`` is quantized once, at construction (:func:`kernels.qlora.nf4.quantize_nf4`), and its
-16- or 32-bit weight is dropped: the layer keeps the codes and scales as buffers (so ``state_dict``,
-``.to(device)`` and checkpoints carry them) and ≈ 4.13 bits a parameter instead of 16 or 32. A and B are
-initialised as PEFT does (A ~ U(−1/√K, 1/√K), B = 0) and live in the base weight's dtype.
+The base ``nn.Linear`` is quantized once, at construction, as :class:`lecture_code.lora.nf4_linear.NF4Linear`
+does (this class is one, with adapters): its 16- or 32-bit weight is dropped, the codes and scales kept as
+buffers, ≈ 4.13 bits a parameter instead of 16 or 32. A and B are initialised as PEFT does
+(A ~ U(−1/√K, 1/√K), B = 0) and live in the base weight's dtype.
 
 **Backends.** ``"fused"``: one call to :func:`kernels.qlora.linear.qlora_linear` (W dequantized on chip in
 the forward and in the backward's dX GEMM), the bias added after. ``"eager"``: W dequantized to the compute
@@ -27,19 +27,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from kernels.qlora.linear import qlora_linear  # importing kernels first decides the Triton mode
-from kernels.qlora.nf4 import NF4Weight, dequantize_nf4, quantize_nf4
+from kernels.qlora.nf4 import dequantize_nf4
+from lecture_code.lora.nf4_linear import NF4Linear
 
 __all__ = ["QLoRALinear"]
 
-# The fp32 scales are kept as int32 views of their bits: ``module.to(torch.bfloat16)`` converts floating
-# buffers, and scales rounded to 8 bits of mantissa would move every weight; an integer buffer only changes
-# device.
-_BUFFERS = ("packed", "absmax_codes", "absmax_scales", "absmax_offset")
-_AS_BITS = ("absmax_scales", "absmax_offset")
 
-
-class QLoRALinear(nn.Module):
-    """``x Wᵀ + b + s·(x Aᵀ) Bᵀ`` with W frozen in NF4 (see the module docstring).
+class QLoRALinear(NF4Linear):
+    """``x Wᵀ + b + s·(x Aᵀ) Bᵀ`` with W frozen in NF4 (see the module docstring): an
+    :class:`~lecture_code.lora.nf4_linear.NF4Linear` with a trainable low-rank update.
 
     Args:
         base: the linear layer to adapt: its weight is quantized to NF4 and dropped, its bias frozen.
@@ -47,36 +43,20 @@ class QLoRALinear(nn.Module):
     """
 
     def __init__(self, base: nn.Linear, r: int, alpha: float | None = None, backend: str = "fused"):
-        super().__init__()
         if not isinstance(base, nn.Linear):
             raise TypeError(f"QLoRALinear wraps an nn.Linear, got {type(base).__name__}")
         if isinstance(r, bool) or not isinstance(r, numbers.Integral) or r < 1:
             raise ValueError(f"QLoRALinear: r must be an int >= 1, got {r!r}")
         if backend not in ("fused", "eager"):
             raise ValueError(f"QLoRALinear: backend={backend!r} is not one of ('fused', 'eager')")
+        super().__init__(base)
         alpha = r if alpha is None else alpha
-        weight = base.weight.detach()
-        q = quantize_nf4(weight)
-        for name in _BUFFERS:
-            t = getattr(q, name)
-            self.register_buffer(name, t.view(torch.int32) if name in _AS_BITS else t)
-        self.shape, self.dtype, self.blocksize = q.shape, q.dtype, q.blocksize
-        self.bias = (
-            None if base.bias is None else nn.Parameter(base.bias.detach().clone(), requires_grad=False)
-        )
+        weight = base.weight
         n, k = weight.shape
         self.lora_a = nn.Parameter(torch.empty(int(r), k, device=weight.device, dtype=weight.dtype))
         self.lora_b = nn.Parameter(torch.zeros(n, int(r), device=weight.device, dtype=weight.dtype))
         nn.init.kaiming_uniform_(self.lora_a, a=math.sqrt(5))
         self.r, self.scale, self.backend = int(r), float(alpha) / int(r), backend
-
-    @property
-    def weight_nf4(self) -> NF4Weight:
-        """The frozen weight as an :class:`NF4Weight` over this module's buffers (on its device)."""
-        parts = [
-            getattr(self, n).view(torch.float32) if n in _AS_BITS else getattr(self, n) for n in _BUFFERS
-        ]
-        return NF4Weight(*parts, self.shape, self.dtype, self.blocksize)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x ``[..., K]`` → ``[..., N]``."""
@@ -85,10 +65,6 @@ class QLoRALinear(nn.Module):
             return y if self.bias is None else y + self.bias
         w = dequantize_nf4(self.weight_nf4, x.dtype)
         return F.linear(x, w, self.bias) + F.linear(F.linear(x, self.lora_a), self.lora_b) * self.scale
-
-    def bits_per_parameter(self) -> float:
-        """Stored bits of the frozen weight per parameter (codes, scales, offset)."""
-        return self.weight_nf4.bits_per_parameter()
 
     def extra_repr(self) -> str:
         n, k = self.shape
