@@ -90,21 +90,28 @@ def _kernel_takes(layer: PeftLoraLinear, adapter: str, x: torch.Tensor) -> bool:
 
 
 class FusedLoraLinear(PeftLoraLinear):
-    """PEFT's LoRA ``Linear`` whose forward calls the fused kernel (module docstring); all else is PEFT's."""
+    """PEFT's LoRA ``Linear`` whose forward calls the fused kernel (module docstring); all else is PEFT's.
+    ``_kernel_takes`` and ``_kernel`` are the two places a subclass over another base changes
+    (:class:`lecture_code.lora.peft_qlora.FusedQLoraLinear`)."""
+
+    def _kernel_takes(self, adapter: str, x: torch.Tensor) -> bool:
+        return _kernel_takes(self, adapter, x)
+
+    def _kernel(self, x: torch.Tensor, adapter: str) -> torch.Tensor:
+        """Base and ``adapter`` in one kernel call, the bias included."""
+        base = self.get_base_layer()
+        a, b, scale = self.lora_A[adapter].weight, self.lora_B[adapter].weight, float(self.scaling[adapter])
+        return lora_linear(x, base.weight, a, b, scale, base.bias)
 
     def forward(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         if args or kwargs or self.disable_adapters or self.merged:
             return super().forward(x, *args, **kwargs)
         active = [a for a in self.active_adapters if a in self.lora_A]
-        if not active or not all(_kernel_takes(self, a, x) for a in active):
+        if not active or not all(self._kernel_takes(a, x) for a in active):
             return super().forward(x)
         self._check_forward_args(x)
-        base = self.get_base_layer()
         first, *rest = active
-        scale = float(self.scaling[first])
-        result = lora_linear(
-            x, base.weight, self.lora_A[first].weight, self.lora_B[first].weight, scale, base.bias
-        )
+        result = self._kernel(x, first)
         for adapter in rest:  # as PEFT adds each further active adapter
             result = result + self.lora_B[adapter](self.lora_A[adapter](x)) * self.scaling[adapter]
         return result
@@ -159,6 +166,8 @@ def use_fused_kernels(model: nn.Module, warn: bool = True) -> FusedReport:
             if any(p is None for p in problems.values()):
                 module.__class__ = FusedLoraLinear
                 report.fused.append(name)
+        elif isinstance(module, FusedLoraLinear):  # a subclass: already on a fused kernel of its own
+            continue
         elif isinstance(module, LoraLayer):
             report.kept[name] = f"{type(module).__name__} LoRA layer (the kernel is for Linear layers)"
     if warn:

@@ -34,7 +34,13 @@ from torch import nn
 
 from kernels.qlora.linear import qlora_linear
 from lecture_code.lora.nf4_linear import NF4Linear
-from lecture_code.lora.peft_kernels import FusedReport, adapter_problem, check_peft_version, warn_kept
+from lecture_code.lora.peft_kernels import (
+    FusedLoraLinear,
+    FusedReport,
+    adapter_problem,
+    check_peft_version,
+    warn_kept,
+)
 
 __all__ = ["FusedQLoraLinear", "use_qlora_kernels"]
 
@@ -50,26 +56,18 @@ def _kernel_takes(layer: PeftLoraLinear, adapter: str, x: torch.Tensor) -> bool:
     )
 
 
-class FusedQLoraLinear(PeftLoraLinear):
+class FusedQLoraLinear(FusedLoraLinear):
     """PEFT's LoRA ``Linear`` over an :class:`NF4Linear` base, its forward on the fused QLoRA kernel (module
-    docstring); all else is PEFT's."""
+    docstring): :class:`~lecture_code.lora.peft_kernels.FusedLoraLinear`'s forward with this kernel."""
 
-    def forward(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-        if args or kwargs or self.disable_adapters:
-            return super().forward(x, *args, **kwargs)
-        active = [a for a in self.active_adapters if a in self.lora_A]
-        if not active or not all(_kernel_takes(self, a, x) for a in active):
-            return super().forward(x)
-        self._check_forward_args(x)
+    def _kernel_takes(self, adapter: str, x: torch.Tensor) -> bool:
+        return _kernel_takes(self, adapter, x)
+
+    def _kernel(self, x: torch.Tensor, adapter: str) -> torch.Tensor:
         base = self.get_base_layer()
-        first, *rest = active
-        scale = float(self.scaling[first])
-        result = qlora_linear(x, base.weight_nf4, self.lora_A[first].weight, self.lora_B[first].weight, scale)
-        if base.bias is not None:
-            result = result + base.bias
-        for adapter in rest:  # as PEFT adds each further active adapter
-            result = result + self.lora_B[adapter](self.lora_A[adapter](x)) * self.scaling[adapter]
-        return result
+        a, b, scale = self.lora_A[adapter].weight, self.lora_B[adapter].weight, float(self.scaling[adapter])
+        y = qlora_linear(x, base.weight_nf4, a, b, scale)
+        return y if base.bias is None else y + base.bias
 
     def merge(self, *args: Any, **kwargs: Any) -> None:
         raise NotImplementedError(

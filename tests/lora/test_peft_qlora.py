@@ -109,3 +109,12 @@ def test_merge_is_refused_with_the_reason(seed):
     ours, _, _ = _pair()
     with pytest.raises(NotImplementedError, match="stored in NF4 and cannot take the adapter's update"):
         ours.merge_and_unload()
+
+
+def test_use_fused_kernels_after_leaves_the_nf4_layers_alone(seed):
+    from lecture_code.lora import use_fused_kernels
+
+    ours, ref, _ = _pair()
+    report = use_fused_kernels(ours)
+    assert report.fused == [] and report.kept == {}
+    assert type(ours.get_submodule(Q)) is FusedQLoraLinear
