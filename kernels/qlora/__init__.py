@@ -6,6 +6,8 @@
 - :mod:`.nf4_gemm` — the GEMM over an NF4 weight dequantized on chip, with a low-rank term in its epilogue.
 - :mod:`.linear` — ``qlora_linear(x, weight, lora_a, lora_b, scale)``: the fused QLoRA linear, forward and
   backward, the ``fused_kernels::qlora_linear`` op.
+- :mod:`.via_16_bits` — ``qlora_linear_via_16_bits``: the same layer through a 16-bit copy of W per call (the
+  dequantize pass, then the fused LoRA kernels of :mod:`kernels.lora.linear`).
 
 Import from the modules (``from kernels.qlora.linear import qlora_linear``); see :mod:`kernels.pointwise`.
 """

@@ -31,7 +31,7 @@ from kernels.library import custom_op
 from kernels.qlora.nf4 import NF4Weight, dequantize_blocks
 from kernels.qlora.nf4_gemm import NEEDS, check_version, nf4_matmul_lowrank
 
-__all__ = ["qlora_linear"]
+__all__ = ["check_arguments", "qlora_linear"]
 
 
 def _product(a, packed, absmax, n, k, blocksize, transposed, t, r, version):
@@ -100,8 +100,8 @@ def _autograd_backward(ctx, dy2, _dts):
 _forward_op.register_autograd(_autograd_backward, setup_context=_setup_context)
 
 
-def _check(x, weight, lora_a, lora_b, scale, version) -> None:
-    fn = "qlora_linear"
+def check_arguments(x, weight, lora_a, lora_b, scale, version, fn: str = "") -> None:
+    fn = fn or "qlora_linear"  # the name errors give: the public function the arguments came through
     if not isinstance(weight, NF4Weight):
         raise TypeError(
             f"{fn}: weight must be an NF4Weight (kernels.qlora.nf4.quantize_nf4), got {type(weight)}"
@@ -137,7 +137,7 @@ def qlora_linear(
     and lora_b (fp32, fp16 or bf16, one dtype). The reference: :func:`kernels.reference.lora_linear` on
     :func:`kernels.qlora.nf4.dequantize_nf4` of the weight. ``version``: how the GEMM turns bytes into
     values (:data:`kernels.qlora.nf4_gemm.VERSIONS`), None for its choice."""
-    _check(x, weight, lora_a, lora_b, scale, version)
+    check_arguments(x, weight, lora_a, lora_b, scale, version)
     x2 = x.reshape(-1, x.shape[-1])
     n, k = weight.shape
     absmax = weight.absmax().contiguous()

@@ -80,6 +80,14 @@ def _qlora_linear():
     return ops().qlora_linear.default, (x, q.packed, q.absmax(), 12, 80, 64, a, b, 0.5, "")
 
 
+def _qlora_via_16_bits():
+    import kernels.qlora.via_16_bits  # noqa: F401  (registers the op)
+
+    q = quantize_nf4(rand(12, 80))
+    x, a, b = rand(6, 80, grad=True), rand(4, 80, grad=True), rand(12, 4, grad=True)
+    return ops().qlora_via_16_bits.default, (x, q.packed, q.absmax(), 12, 80, 64, a, b, 0.5)
+
+
 def _build_meta():
     ids = torch.tensor([2, -1, 0, 2, 1, 0], device=DEVICE)
     return ops().build_meta.default, (ids, 3, None)
@@ -133,6 +141,7 @@ CASES = {
     "lora_linear-v1": _lora("v1"),
     "lora_linear-small": _lora("small"),
     "qlora_linear": _qlora_linear,
+    "qlora_via_16_bits": _qlora_via_16_bits,
     "build_meta": _build_meta,
     "add_multi_lora-default": _add_multi_lora(""),
     "add_multi_lora-one_launch": _add_multi_lora("one_launch"),
@@ -154,7 +163,14 @@ def test_every_op_is_checked():
     registered = {n for n in names if hasattr(getattr(ops(), n), "default")}
     backward_ops = {
         f"{name}_backward"
-        for name in ("bias_relu", "add_mul_act", "interaction_dot", "lora_linear", "qlora_linear")
+        for name in (
+            "bias_relu",
+            "add_mul_act",
+            "interaction_dot",
+            "lora_linear",
+            "qlora_linear",
+            "qlora_via_16_bits",
+        )
     }
     checked = {key.split("-")[0] for key in CASES} | backward_ops  # the backward ops: by the autograd checks
     assert registered == checked, f"ops of {NAMESPACE}:: without an opcheck case: {registered - checked}"
