@@ -46,7 +46,7 @@ def dequantize_nf4_kernel(
     """The weight ``shape`` in ``dtype`` from its codes (``packed`` uint8) and its blocks' fp32 ``absmax``
     (``code``: the 16 fp32 NF4 values on the same device): one launch. On a GPU equal to
     :func:`kernels.qlora.nf4.dequantize_blocks` (the same products, rounded once to nearest); Triton's
-    interpreter truncates fp32 to 16 bits instead, one unit in the last place at most."""
+    interpreter truncates fp32 to bf16 instead (fp16 it rounds), one unit in the last place at most."""
     n, k = shape
     out = torch.empty((n, k), device=packed.device, dtype=dtype)
     if n * k:
