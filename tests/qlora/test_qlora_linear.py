@@ -56,7 +56,9 @@ def _check_against_float64(q, x, a, b, scale, y, dy):
     dtype = x.dtype
     refs = _float64_grads(q, x, a, b, scale, dy)
     bounds = _float64_grads(q, x, a, b, scale, dy, absolute=True)
-    for name, got, ref, bound in zip(("y", "dx", "da", "db"), (y, x.grad, a.grad, b.grad), refs, bounds):
+    for name, got, ref, bound in zip(
+        ("y", "dx", "da", "db"), (y, x.grad, a.grad, b.grad), refs, bounds, strict=True
+    ):
         assert got is not None and got.dtype == dtype, name
         atol = TOL[dtype] * float(bound.abs().max())
         torch.testing.assert_close(got.double(), ref, rtol=0, atol=atol, msg=name)
