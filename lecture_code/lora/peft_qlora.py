@@ -46,11 +46,13 @@ __all__ = ["FusedQLoraLinear", "use_qlora_kernels"]
 
 
 def _kernel_takes(layer: PeftLoraLinear, adapter: str, x: torch.Tensor) -> bool:
-    """Per call: the adapter is eligible and x, A, B agree in dtype and device with the NF4 base's device."""
+    """Per call: the adapter is eligible and x, A, B (and the base's bias) agree in dtype and device, the NF4
+    base on x's device."""
     if adapter_problem(layer, adapter, base_type=NF4Linear) is not None:
         return False
     base = layer.get_base_layer()
     tensors = (layer.lora_A[adapter].weight, layer.lora_B[adapter].weight)
+    tensors += () if base.bias is None else (base.bias,)
     return base.packed.device == x.device and all(
         t.dtype == x.dtype and t.device == x.device for t in tensors
     )
@@ -74,9 +76,6 @@ class FusedQLoraLinear(FusedLoraLinear):
             "FusedQLoraLinear.merge: the base weight is stored in NF4 and cannot take the adapter's update "
             "in place; merge on the 16-bit model, or keep the adapter separate"
         )
-
-    def __repr__(self) -> str:
-        return "fused_qlora_" + super().__repr__()
 
 
 def use_qlora_kernels(model: nn.Module, blocksize: int = 64, warn: bool = True) -> FusedReport:
