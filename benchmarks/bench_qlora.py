@@ -10,8 +10,10 @@ Providers, each checked against the fp32 reference on the dequantized weight bef
   its own (:mod:`kernels.qlora.dequantize`) in the forward and again in the backward, then cuBLAS and the
   LoRA branch in torch ops (PEFT's formula);
 - ``bitsandbytes + PEFT``: PEFT's LoRA layer over a ``bitsandbytes`` ``Linear4bit``, where both import;
-- ``ours (NF4 fused)``: :func:`kernels.qlora.linear.qlora_linear` (its default version, ``"pairs"`` at an even
-  K); ``ours (NF4 fused, by element)``: the same with ``version="elements"`` (:mod:`kernels.qlora.nf4_gemm`).
+- ``ours (NF4 fused)``: :func:`kernels.qlora.linear.qlora_linear` with ``version="pairs"`` (the NF4 GEMM,
+  :mod:`kernels.qlora.nf4_gemm`); ``ours (NF4 fused, by element)``: the same with ``version="elements"``;
+- ``ours (via a 16-bit copy)``: ``qlora_linear`` with ``version="via_16_bits"``, its default
+  (:mod:`kernels.qlora.via_16_bits`): the dequantize pass per call and then our fused LoRA ops on the copy.
 
 At ``GRAPH_SHAPES`` every provider is also captured in a CUDA graph and replayed (``… (graph)`` rows,
 overhead against the graphed base): at 512 rows the host would otherwise set the pace. Columns: median
@@ -44,6 +46,7 @@ from lecture_code.results.workloads.qlora import (
     GRAPH,
     OURS,
     OURS_BY_ELEMENT,
+    OURS_VIA_16,
     goal_checks,
 )  # names RESULTS.md reads
 
@@ -117,8 +120,9 @@ def providers(q, w16, a, b, r) -> tuple[dict, list[str]]:
     fns = {
         "bf16 LoRA (ours, bf16 W)": lambda x, a, b: lora_linear(x, w16, a, b, s),
         DEQUANT: lambda x, a, b: _DequantizeThenLora.apply(x, a, b, q, s),
-        OURS: lambda x, a, b: qlora_linear(x, q, a, b, s),
+        OURS: lambda x, a, b: qlora_linear(x, q, a, b, s, version="pairs"),
         OURS_BY_ELEMENT: lambda x, a, b: qlora_linear(x, q, a, b, s, version="elements"),
+        OURS_VIA_16: lambda x, a, b: qlora_linear(x, q, a, b, s, version="via_16_bits"),
     }
     bnb_fn, why = _bnb_peft(w16, a, b, r) if bu.on_gpu(a.device) else (None, "bitsandbytes + PEFT: GPU only")
     if bnb_fn is not None:

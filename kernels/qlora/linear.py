@@ -14,9 +14,19 @@ again in the backward (2 × 2·N·K bytes each way); here W crosses memory as 4-
 only, 0.5625 bytes a value (0.516 as stored, with 8-bit absmax codes). The double-quantized absmaxes are
 undone once per call (a small pass over N·K/64 values, :meth:`kernels.qlora.nf4.NF4Weight.absmax`).
 
+Versions (:data:`VERSIONS`): ``"pairs"`` and ``"elements"`` run the NF4 GEMM above, W decoded on chip
+(:data:`kernels.qlora.nf4_gemm.VERSIONS`); ``"via_16_bits"`` runs the dequantize pass and then the fused LoRA
+kernels on a 16-bit copy of W, forward and again backward (:mod:`kernels.qlora.via_16_bits`). The default
+(``version=None``) is ``"via_16_bits"``, chosen by measurement: on the H200 it took less device time than both
+decodings at every shape and pass of ``benchmarks/results/qlora/qlora_linear_nvidia-h200_2026-11-29.csv``
+(8192×4096×4096 r16, forward + backward: 0.812 ms against ``"pairs"``' 2.81 ms; the dequantize order 1.07 ms,
+the 16-bit base 0.690 ms). The decode in the GEMM's loop saves the pass (17.9 µs at 4096 × 4096) but costs
+more than that in the loop itself (``nf4_gemm``'s docstring).
+
 Paths: the NF4 GEMM needs what any Triton kernel here needs (sm_80 or newer, :data:`nf4_gemm.NEEDS`); on an
 older GPU the op dequantizes W and runs torch's matmuls (the same formulas). Each public entry point is a
-``fused_kernels::`` op (:mod:`kernels.library`): ``qlora_linear`` and ``qlora_linear_backward``.
+``fused_kernels::`` op (:mod:`kernels.library`): ``qlora_linear`` and ``qlora_linear_backward`` here,
+``qlora_via_16_bits`` and its backward in :mod:`kernels.qlora.via_16_bits`.
 """
 
 from __future__ import annotations
@@ -30,8 +40,14 @@ from kernels.launch import check_device, check_dtype
 from kernels.library import custom_op
 from kernels.qlora.nf4 import NF4Weight, dequantize_blocks
 from kernels.qlora.nf4_gemm import NEEDS, check_version, nf4_matmul_lowrank
+from kernels.qlora.nf4_gemm import VERSIONS as GEMM_VERSIONS
+from kernels.qlora.via_16_bits import qlora_via_16_bits
 
-__all__ = ["check_arguments", "qlora_linear"]
+__all__ = ["DEFAULT_VERSION", "VERSIONS", "qlora_linear"]
+
+VIA_16_BITS = "via_16_bits"
+VERSIONS = (VIA_16_BITS, *GEMM_VERSIONS)
+DEFAULT_VERSION = VIA_16_BITS  # by measurement (module docstring)
 
 
 def _product(a, packed, absmax, n, k, blocksize, transposed, t, r, version):
@@ -100,8 +116,8 @@ def _autograd_backward(ctx, dy2, _dts):
 _forward_op.register_autograd(_autograd_backward, setup_context=_setup_context)
 
 
-def check_arguments(x, weight, lora_a, lora_b, scale, version, fn: str = "") -> None:
-    fn = fn or "qlora_linear"  # the name errors give: the public function the arguments came through
+def _check_arguments(x, weight, lora_a, lora_b, scale, version) -> None:
+    fn = "qlora_linear"
     if not isinstance(weight, NF4Weight):
         raise TypeError(
             f"{fn}: weight must be an NF4Weight (kernels.qlora.nf4.quantize_nf4), got {type(weight)}"
@@ -121,7 +137,10 @@ def check_arguments(x, weight, lora_a, lora_b, scale, version, fn: str = "") -> 
         raise ValueError(f"{fn}: lora_b must be [N, r] = {(N, lora_a.shape[0])}, got {tuple(lora_b.shape)}")
     if isinstance(scale, torch.Tensor) or not isinstance(scale, numbers.Real):
         raise TypeError(f"{fn}: scale must be a Python number (alpha / r), got {type(scale).__name__}")
-    check_version(version, K, fn)
+    if version is not None and version not in VERSIONS:
+        raise ValueError(f"{fn}: version={version!r} is not one of {VERSIONS} (or None)")
+    if version != VIA_16_BITS:
+        check_version(version, K, fn)
 
 
 def qlora_linear(
@@ -135,12 +154,13 @@ def qlora_linear(
 ) -> torch.Tensor:
     """``x Wᵀ + s·(x Aᵀ) Bᵀ`` with W frozen in NF4: x ``[..., K]`` → ``[..., N]``, differentiable in x, lora_a
     and lora_b (fp32, fp16 or bf16, one dtype). The reference: :func:`kernels.reference.lora_linear` on
-    :func:`kernels.qlora.nf4.dequantize_nf4` of the weight. ``version``: how the GEMM turns bytes into
-    values (:data:`kernels.qlora.nf4_gemm.VERSIONS`), None for its choice."""
-    check_arguments(x, weight, lora_a, lora_b, scale, version)
+    :func:`kernels.qlora.nf4.dequantize_nf4` of the weight. ``version``: one of :data:`VERSIONS` (module
+    docstring), None for :data:`DEFAULT_VERSION`."""
+    _check_arguments(x, weight, lora_a, lora_b, scale, version)
     x2 = x.reshape(-1, x.shape[-1])
     n, k = weight.shape
     absmax = weight.absmax().contiguous()
-    args = (x2, weight.packed, absmax, n, k, weight.blocksize, lora_a, lora_b, float(scale), version or "")
-    y2, _ = _forward_op(*args)
+    args = (x2, weight.packed, absmax, n, k, weight.blocksize, lora_a, lora_b, float(scale))
+    version = version or DEFAULT_VERSION
+    y2, _ = qlora_via_16_bits(*args) if version == VIA_16_BITS else _forward_op(*args, version)
     return y2.view(*x.shape[:-1], n)

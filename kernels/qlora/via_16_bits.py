@@ -9,16 +9,17 @@ Math as :mod:`kernels.qlora.linear` (x ``[M, K]``, W ``[N, K]`` in NF4, A ``[r, 
               (dX, dA, dB) = its backward op on W16
 
 Against the usual order (PEFT with bitsandbytes) it keeps the passes and changes the rest: the LoRA term in
-the GEMM's epilogue by our kernels instead of torch ops around cuBLAS. Against
-:func:`kernels.qlora.linear.qlora_linear` (W decoded inside the GEMM's loop) it pays the passes' bytes and
-keeps a GEMM whose tiles the compiler copies straight from memory. The 16-bit copy lives for one op call at
+the GEMM's epilogue by our kernels instead of torch ops around cuBLAS. Against the NF4 GEMM's versions
+(:mod:`kernels.qlora.nf4_gemm`: W decoded inside the GEMM's loop) it pays the passes' bytes and keeps a GEMM
+whose tiles the compiler copies straight from memory. The 16-bit copy lives for one op call at
 a time, as the usual order's: nothing of 16 bits per parameter is saved for the backward (the layer keeps
 QLoRA's memory).
 
 Paths: the pass needs what :mod:`kernels.qlora.nf4_gemm` needs (:data:`~kernels.qlora.nf4_gemm.NEEDS`);
 where the GPU lacks it W is dequantized in torch (:func:`kernels.qlora.nf4.dequantize_blocks`); the LoRA op
-takes its own paths (:func:`kernels.lora.linear.choose_version`). Public entry point:
-``qlora_linear_via_16_bits``, on the ops ``fused_kernels::qlora_via_16_bits`` and its backward.
+takes its own paths (:func:`kernels.lora.linear.choose_version`). The public entry point is
+:func:`kernels.qlora.linear.qlora_linear` (``version="via_16_bits"``, its default), which checks the
+arguments and calls the op here, ``fused_kernels::qlora_via_16_bits`` (with its backward).
 """
 
 from __future__ import annotations
@@ -29,11 +30,10 @@ import kernels.lora.linear  # noqa: F401  (registers fused_kernels::lora_linear 
 from kernels.gpu_features import unmet
 from kernels.library import custom_op, ops
 from kernels.qlora.dequantize import dequantize_nf4_kernel
-from kernels.qlora.linear import check_arguments
 from kernels.qlora.nf4 import dequantize_blocks, tables_on
 from kernels.qlora.nf4_gemm import NEEDS
 
-__all__ = ["qlora_linear_via_16_bits"]
+__all__ = ["qlora_via_16_bits"]
 
 
 def _to_16_bits(packed, absmax, n, k, blocksize, dtype) -> torch.Tensor:
@@ -53,8 +53,9 @@ def _fake_forward(x2, packed, absmax, n, k, blocksize, lora_a, lora_b, scale):
     "float scale) -> (Tensor, Tensor)",
     fake=_fake_forward,
 )
-def _forward_op(x2, packed, absmax, n, k, blocksize, lora_a, lora_b, scale):
-    """``(y [M, N], s·t [M, r])`` for 2-D x."""
+def qlora_via_16_bits(x2, packed, absmax, n, k, blocksize, lora_a, lora_b, scale):
+    """``(y [M, N], s·t [M, r])`` for 2-D x (the arguments as :func:`kernels.qlora.linear.qlora_linear`
+    checked them)."""
     w16 = _to_16_bits(packed, absmax, n, k, blocksize, x2.dtype)
     return ops().lora_linear(x2, w16, lora_a, lora_b, None, scale, "", "", "")
 
@@ -89,15 +90,4 @@ def _autograd_backward(ctx, dy2, _dts):
     return (dx if need_dx else None), None, None, None, None, None, da, db, None
 
 
-_forward_op.register_autograd(_autograd_backward, setup_context=_setup_context)
-
-
-def qlora_linear_via_16_bits(x, weight, lora_a, lora_b, scale: float) -> torch.Tensor:
-    """``x Wᵀ + s·(x Aᵀ) Bᵀ`` with W frozen in NF4, through a 16-bit copy per call (module docstring): the
-    arguments and result of :func:`kernels.qlora.linear.qlora_linear`, without its ``version``."""
-    check_arguments(x, weight, lora_a, lora_b, scale, None, "qlora_linear_via_16_bits")
-    x2 = x.reshape(-1, x.shape[-1])
-    n, k = weight.shape
-    absmax = weight.absmax().contiguous()
-    y2, _ = _forward_op(x2, weight.packed, absmax, n, k, weight.blocksize, lora_a, lora_b, float(scale))
-    return y2.view(*x.shape[:-1], n)
+qlora_via_16_bits.register_autograd(_autograd_backward, setup_context=_setup_context)

@@ -1,6 +1,6 @@
 """PEFT with a 4-bit base: the LoRA Linear layers of a PEFT model get their frozen weight quantized to NF4
 (:class:`lecture_code.lora.nf4_linear.NF4Linear`) and their forward on the fused QLoRA kernel
-(:func:`kernels.qlora.linear.qlora_linear`), without leaving PEFT.
+(:func:`kernels.qlora.linear.qlora_linear`, its default version), without leaving PEFT.
 
 ::
 

@@ -26,8 +26,10 @@ def _mse(model, task, dtype=torch.float32):  # on one fixed batch, not one the r
 
 def test_pretraining_learns_and_both_adaptations_learn_the_shift():
     teacher, shifted = tasks(WIDTH, DEVICE)
+    untrained = _mse(pretrain(teacher, WIDTH, BATCH, 0, DEVICE), teacher)
     student = pretrain(teacher, WIDTH, BATCH, 150, DEVICE)
-    assert _mse(student, teacher) < 0.3 * _mse(student, shifted)  # it learned the task, not the shift
+    learned = _mse(student, teacher)
+    assert learned < 0.5 * untrained and learned < 0.5 * _mse(student, shifted)  # the task, not the shift
     before = _mse(copy.deepcopy(student).to(torch.bfloat16), shifted, torch.bfloat16)
     wraps = {  # the eager QLoRA path: the fused one is tested in tests/qlora, and is slow in the interpreter
         "lora": lambda lin: LoRALinear(lin, 4, alpha=8),

@@ -9,23 +9,35 @@ from torch import nn
 
 import kernels
 from kernels.qlora.nf4 import dequantize_nf4
+from lecture_code.lora import qlora_layer
 from lecture_code.lora.qlora_layer import QLoRALinear
 
 DEVICE = kernels.default_device()
 
 
-def _layer(backend, bias=True, seed_b=True):
-    layer = QLoRALinear(nn.Linear(96, 40, bias=bias, device=DEVICE), r=4, alpha=8, backend=backend)
+def _layer(backend, bias=True, seed_b=True, version=None):
+    base = nn.Linear(96, 40, bias=bias, device=DEVICE)
+    layer = QLoRALinear(base, r=4, alpha=8, backend=backend, version=version)
     if seed_b:
         with torch.no_grad():
             layer.lora_b.copy_(torch.randn_like(layer.lora_b))
     return layer
 
 
-@pytest.mark.parametrize("backend", ["fused", "eager"])
+BACKENDS = [("fused", None), ("fused", "pairs"), ("eager", None)]
+
+
+@pytest.mark.parametrize("backend, version", BACKENDS, ids=["fused", "fused-pairs", "eager"])
 @pytest.mark.parametrize("bias", [True, False])
-def test_forward_and_gradients_against_float64(backend, bias, seed):
-    layer = _layer(backend, bias)
+def test_forward_and_gradients_against_float64(backend, version, bias, seed, monkeypatch):
+    versions, real = [], qlora_layer.qlora_linear
+
+    def spy(*args, version):
+        versions.append(version)
+        return real(*args, version=version)
+
+    monkeypatch.setattr(qlora_layer, "qlora_linear", spy)
+    layer = _layer(backend, bias, version=version)
     x = torch.randn(3, 7, 96, device=DEVICE, requires_grad=True)
     y = layer(x)
     y.backward(dy := torch.randn_like(y))
@@ -43,6 +55,7 @@ def test_forward_and_gradients_against_float64(backend, bias, seed):
     ):
         ref = ref.detach()
         torch.testing.assert_close(got.double(), ref, rtol=0, atol=2e-5 * float(ref.abs().max()))
+    assert versions == ([version] if backend == "fused" else []), "the fused backend passes its version"
     assert layer.bias is None or layer.bias.grad is None
     assert [n for n, p in layer.named_parameters() if p.requires_grad] == ["lora_a", "lora_b"]
 
@@ -77,3 +90,7 @@ def test_bad_construction_says_why():
         QLoRALinear(nn.Linear(64, 8), r=0)
     with pytest.raises(ValueError, match="backend='compile' is not one of"):
         QLoRALinear(nn.Linear(64, 8), r=2, backend="compile")
+    with pytest.raises(
+        ValueError, match=r"version='fast' is not one of \('via_16_bits', 'pairs', 'elements'\)"
+    ):
+        QLoRALinear(nn.Linear(64, 8), r=2, version="fast")

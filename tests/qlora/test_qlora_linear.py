@@ -1,5 +1,6 @@
-"""The fused QLoRA linear (kernels.qlora.linear): output and every gradient against float64 on the
-dequantized weight, odd shapes, the path without the NF4 GEMM, torch.compile, bad input."""
+"""The QLoRA linear's NF4 GEMM versions (kernels.qlora.linear, version "pairs" or "elements"): output and
+every gradient against float64 on the dequantized weight, odd shapes, the path without the NF4 GEMM,
+torch.compile, bad input. Its default version, through a 16-bit copy: tests/qlora/test_via_16_bits.py."""
 
 from __future__ import annotations
 
@@ -24,8 +25,8 @@ SHAPES = [
     (300, 64, 72, 2),
     (9, 33, 40, 3),
 ]
-# each shape with each version that can take it: "pairs" needs an even K; None is the launcher's choice
-CASES = [(s, v) for s in SHAPES for v in (None, "elements", "pairs") if not (v == "pairs" and s[1] % 2)]
+# each shape with each GEMM version that can take it: "pairs" needs an even K
+CASES = [(s, v) for s in SHAPES for v in ("elements", "pairs") if not (v == "pairs" and s[1] % 2)]
 DTYPES = [torch.float32, torch.bfloat16] + ([torch.float16] if ON_GPU else [])
 TOL = {
     torch.float32: 2e-5,
@@ -83,10 +84,11 @@ def test_output_and_every_gradient(shape, version, dtype, seed, monkeypatch):
     assert calls == [(DEVICE.type, version)] * 2, "the NF4 GEMM ran the forward and dX"  # on CUDA if there
 
 
-def test_leading_dims_and_no_gradient_for_x(seed):
+@pytest.mark.parametrize("version", qlinear.VERSIONS)
+def test_leading_dims_and_no_gradient_for_x(version, seed):
     q, x, a, b = _case(5, 96, 24, 3, torch.float32, lead=(2,))
     x.requires_grad_(False)
-    y = qlinear.qlora_linear(x, q, a, b, 2.0)
+    y = qlinear.qlora_linear(x, q, a, b, 2.0, version=version)
     assert y.shape == (2, 5, 24)
     y.backward(dy := torch.randn_like(y))
     assert x.grad is None
@@ -105,7 +107,7 @@ def test_without_the_nf4_gemm_the_same_formulas_run_in_torch(seed, monkeypatch):
     monkeypatch.setattr(qlinear, "unmet", lambda needs, device: "a GPU older than sm_80 (patched)")
     monkeypatch.setattr(qlinear, "nf4_matmul_lowrank", lambda *a: pytest.fail("the NF4 GEMM ran"))
     q, x, a, b = _case(9, 100, 30, 4, torch.float32)
-    y = qlinear.qlora_linear(x, q, a, b, 0.5)
+    y = qlinear.qlora_linear(x, q, a, b, 0.5, version="pairs")
     y.backward(dy := torch.randn_like(y))
     _check_against_float64(q, x, a, b, 0.5, y, dy)
 
@@ -113,7 +115,11 @@ def test_without_the_nf4_gemm_the_same_formulas_run_in_torch(seed, monkeypatch):
 def test_compiles_to_one_graph(seed):
     backend = "inductor" if ON_GPU else "aot_eager"  # on a CPU the op runs in the interpreter, eagerly
     q, x, a, b = _case(16, 128, 32, 4, torch.float32)
-    f = torch.compile(lambda x, a, b: qlinear.qlora_linear(x, q, a, b, 0.5), backend=backend, fullgraph=True)
+    f = torch.compile(
+        lambda x, a, b: qlinear.qlora_linear(x, q, a, b, 0.5, version="pairs"),
+        backend=backend,
+        fullgraph=True,
+    )
     y = f(x, a, b)
     y.backward(dy := torch.randn_like(y))
     _check_against_float64(q, x, a, b, 0.5, y, dy)
@@ -133,7 +139,9 @@ def test_bad_input_says_which_argument():
         qlinear.qlora_linear(x, q, a.double(), b, 0.5)
     with pytest.raises(TypeError, match="scale must be a Python number"):
         qlinear.qlora_linear(x, q, a, b, torch.tensor(0.5))
-    with pytest.raises(ValueError, match=r"version='fast' is not one of \('pairs', 'elements'\)"):
+    with pytest.raises(
+        ValueError, match=r"qlora_linear: version='fast' is not one of \('via_16_bits', 'pairs', 'elements'\)"
+    ):
         qlinear.qlora_linear(x, q, a, b, 0.5, version="fast")
     q_odd = quantize_nf4(torch.randn(16, 33, device=DEVICE))
     x_odd, a_odd = torch.randn(4, 33, device=DEVICE), torch.randn(2, 33, device=DEVICE)
