@@ -13,8 +13,8 @@ the low-rank term: one more ``tl.dot`` of a ``[BLOCK_M, r]`` tile of T by an ``[
 
 The lookup: the 16 code values are loaded once into registers and each index is looked up with
 ``tl.gather`` on them. A load from the table in memory per value looks simpler, but the compiler pipelines
-every load of the loop into an asynchronous copy to shared memory: a gather from global memory becomes one
-4-byte copy per value (on an H200 that lookup made the kernel several times slower than this one).
+the loop's loads into asynchronous copies to shared memory (not all of them: "elements" below), and a gather
+from global memory becomes one 4-byte copy per value (on an H200, several times slower than this lookup).
 
 Two named versions of the decoding (:data:`VERSIONS`): ``"elements"`` loads, for every value of the tile, its
 byte and its block's absmax (each byte twice, once per nibble; any K) at offsets ``f // 2``, a division the
