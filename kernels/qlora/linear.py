@@ -20,8 +20,8 @@ kernels on a 16-bit copy of W, forward and again backward (:mod:`kernels.qlora.v
 (``version=None``) is ``"via_16_bits"``, chosen by measurement: on the H200 it took less device time than both
 decodings at every shape and pass of ``benchmarks/results/qlora/qlora_linear_nvidia-h200_2026-11-29.csv``
 (8192×4096×4096 r16, forward + backward: 0.812 ms against ``"pairs"``' 2.81 ms; the dequantize order 1.07 ms,
-the 16-bit base 0.690 ms). The decode in the GEMM's loop saves the pass (17.9 µs at 4096 × 4096) but costs
-more than that in the loop itself (``nf4_gemm``'s docstring).
+the 16-bit base 0.690 ms). The NF4 GEMM saves the pass (about 18 µs at 4096 × 4096, notebook 09) but took 3.45
+to 4.88 times the base's device time in that CSV; where its time goes is not measured apart yet.
 
 Paths: the NF4 GEMM needs what any Triton kernel here needs (sm_80 or newer, :data:`nf4_gemm.NEEDS`); on an
 older GPU the op dequantizes W and runs torch's matmuls (the same formulas). Each public entry point is a
