@@ -98,7 +98,8 @@ def next_pow2(n: int) -> int:
 
 
 def dot_block(n: int) -> int:
-    """A ``tl.dot`` tile side covering ``n``: the next power of two, at least 16 (``tl.dot`` needs ≥ 16)."""
+    """A ``tl.dot`` tile side covering ``n``: the next power of two, at least 16 (the reduction side of 16-bit
+    operands must be ≥ 16; 16 on every side keeps one tile shape for every dtype)."""
     return max(16, next_pow2(n))
 
 
